@@ -1,0 +1,1 @@
+"""Flower ClientApp adapters: decode a message, call the core, encode the reply."""

@@ -1,0 +1,1 @@
+"""Adapters around the core: command line, Flower ServerApp, Kafka and Prometheus."""

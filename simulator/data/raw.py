@@ -1,0 +1,168 @@
+"""From a source's raw pools to a finished :class:`~simulator.data.dataset.Dataset`.
+
+A loader returns a :class:`RawSource`: rows that may still be sentences or data-frame records,
+their labels, and a featurizer.  :func:`assemble` then does the steps every source shares, in a
+fixed order so that one seed gives one dataset: split (when the source has no official test
+split), restrict to ``classes`` (others become OOD), subsample, featurise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.data.dataset import Dataset, Modality
+from simulator.data.selection import IntArray, select_classes, stratified_sample, stratified_split
+from simulator.data.synthetic import SyntheticSpec
+from simulator.errors import ConfigError
+
+TextRepresentation = Literal["embedding", "tokens"]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The keyword arguments of :func:`simulator.data.sources.load_source`, bundled."""
+
+    path: str | None = None
+    label_column: str | None = None
+    classes: tuple[int, ...] | None = None
+    max_train: int | None = None
+    max_test: int | None = None
+    test_fraction: float = 0.2
+    text_representation: TextRepresentation = "embedding"
+    max_len: int = 48
+    vocab_size: int = 5000
+    cache_dir: str | None = None
+    synthetic: SyntheticSpec | None = None
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """Featurised rows of the three splits (``x_ood`` is ``None`` when there is no OOD set)."""
+
+    x_train: NDArray[Any]
+    x_test: NDArray[Any]
+    x_ood: NDArray[Any] | None
+    vocab_size: int | None = None
+
+
+class Featurizer(Protocol):
+    """Turns selected raw rows into arrays; fitted on the training rows only."""
+
+    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
+        """Featurise the selected rows of each split."""
+        ...
+
+
+@dataclass(frozen=True)
+class RawSource:
+    """A source's rows before the shared selection steps.
+
+    ``x_*`` are numpy arrays (rows first), object arrays of sentences or pandas data frames;
+    ``x_test``/``y_test`` are ``None`` when the source has no official test split (it is then
+    split with ``test_fraction``).  ``featurizer`` is ``None`` when ``x_*`` are already the final
+    float arrays.  ``ood_x``/``ood_y`` hold an OOD set the source builds itself (synthetic).
+    """
+
+    name: str
+    x_train: Any
+    y_train: IntArray
+    class_names: tuple[str, ...]
+    modality: Modality
+    x_test: Any | None = None
+    y_test: IntArray | None = None
+    image_shape: tuple[int, int, int] | None = None
+    featurizer: Featurizer | None = None
+    ood_x: NDArray[Any] | None = None
+    ood_y: IntArray | None = None
+
+
+def require_path(options: SourceOptions, source: str, what: str) -> Path:
+    """``options.path`` as a :class:`~pathlib.Path`; a ConfigError naming ``what`` if unset."""
+    if options.path is None:
+        raise ConfigError(f"source {source!r} needs 'path': {what}", "path")
+    return Path(options.path).expanduser()
+
+
+def take(rows: Any, index: IntArray) -> Any:
+    """Rows ``index`` of an array or a data frame (frames get a fresh 0..n-1 index)."""
+    if hasattr(rows, "iloc"):
+        return rows.iloc[index].reset_index(drop=True)
+    return rows[index]
+
+
+def _concat(first: Any, second: Any) -> Any:
+    if hasattr(first, "iloc"):
+        import pandas as pd
+
+        return pd.concat([first, second], ignore_index=True)
+    return np.concatenate([first, second])
+
+
+def assemble(raw: RawSource, options: SourceOptions, rng: np.random.Generator) -> Dataset:
+    """Split, restrict to ``options.classes``, subsample and featurise ``raw``.
+
+    ``max_test`` caps the OOD set too.  The OOD set built from ``classes`` holds the rows of the
+    other classes from *both* pools (none of them is ever trained on) with their original labels.
+    """
+    x_train, y_train = raw.x_train, raw.y_train
+    if raw.x_test is None or raw.y_test is None:
+        split = stratified_split(y_train, options.test_fraction, rng)
+        x_test, y_test = take(x_train, split.test), y_train[split.test]
+        x_train, y_train = take(x_train, split.train), y_train[split.train]
+    else:
+        x_test, y_test = raw.x_test, raw.y_test
+    x_ood: Any | None = raw.ood_x
+    y_ood: IntArray | None = raw.ood_y
+    class_names = raw.class_names
+    if options.classes is not None:
+        if raw.ood_x is not None:
+            raise ConfigError(
+                f"source {raw.name!r} builds its own OOD set; drop 'classes'", "classes"
+            )
+        sel = select_classes(y_train, y_test, options.classes, len(raw.class_names))
+        x_ood = _concat(take(x_train, sel.ood_train), take(x_test, sel.ood_test))
+        y_ood = np.concatenate([y_train[sel.ood_train], y_test[sel.ood_test]]).astype(np.int64)
+        x_train, y_train = take(x_train, sel.train), sel.relabel(y_train[sel.train])
+        x_test, y_test = take(x_test, sel.test), sel.relabel(y_test[sel.test])
+        class_names = tuple(raw.class_names[c] for c in sel.classes)
+    if options.max_train is not None:
+        keep = stratified_sample(y_train, options.max_train, rng)
+        x_train, y_train = take(x_train, keep), y_train[keep]
+    if options.max_test is not None:
+        keep = stratified_sample(y_test, options.max_test, rng)
+        x_test, y_test = take(x_test, keep), y_test[keep]
+        if y_ood is not None and len(y_ood) > 0:
+            keep = stratified_sample(y_ood, options.max_test, rng)
+            x_ood, y_ood = take(x_ood, keep), y_ood[keep]
+    if y_ood is not None and len(y_ood) == 0:
+        x_ood, y_ood = None, None
+    features = _featurise(raw, x_train, x_test, x_ood)
+    return Dataset(
+        name=raw.name,
+        x_train=features.x_train,
+        y_train=y_train.astype(np.int64),
+        x_test=features.x_test,
+        y_test=y_test.astype(np.int64),
+        num_classes=len(class_names),
+        modality=raw.modality,
+        class_names=class_names,
+        image_shape=raw.image_shape,
+        vocab_size=features.vocab_size,
+        ood_x=features.x_ood,
+        ood_y=None if y_ood is None else y_ood.astype(np.int64),
+    )
+
+
+def _featurise(raw: RawSource, train: Any, test: Any, ood: Any | None) -> FeatureSet:
+    if raw.featurizer is not None:
+        return raw.featurizer(train, test, ood)
+
+    def as_float(x: Any) -> NDArray[np.float32]:
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    return FeatureSet(as_float(train), as_float(test), None if ood is None else as_float(ood))

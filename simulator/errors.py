@@ -1,0 +1,41 @@
+"""One exception hierarchy for the whole project.
+
+Configuration and input errors subclass :class:`ValueError` so that callers who
+only know the standard library still catch them, and each says what was wrong
+and where.
+"""
+
+from __future__ import annotations
+
+
+class UnlearnSimError(Exception):
+    """Base class of every error raised on purpose by unlearnsim."""
+
+
+class ConfigError(UnlearnSimError, ValueError):
+    """A scenario or setting is malformed; ``location`` names the YAML path or key."""
+
+    def __init__(self, message: str, location: str | None = None) -> None:
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)
+
+
+class InputError(UnlearnSimError, ValueError):
+    """An argument is invalid (wrong shape, non-finite values, empty selection...)."""
+
+
+class UnknownSampleError(InputError):
+    """Sample ids that are not (or no longer) in the retained set."""
+
+    def __init__(self, ids: list[int], context: str = "retained set") -> None:
+        self.ids = ids
+        shown = ", ".join(str(i) for i in ids[:10]) + (" ..." if len(ids) > 10 else "")
+        super().__init__(f"{len(ids)} sample id(s) not in the {context}: {shown}")
+
+
+class DataUnavailableError(UnlearnSimError, RuntimeError):
+    """A data source cannot be loaded here; the message says what to install or provide."""
+
+
+class NumericalError(UnlearnSimError, ArithmeticError):
+    """A solver failed (non-positive-definite Hessian, no convergence)."""

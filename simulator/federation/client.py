@@ -1,0 +1,144 @@
+"""One federated client: a data shard, its head features and decorrelation weights.
+
+A client answers the protocol messages of ``design.md`` ("The head in a federation"):
+sufficient statistics of its retained rows at a given head, and deletions, after which it
+recomputes its decorrelation weights (warm start, same lift) and returns what changed in the
+objective. It never returns raw inputs; the only rows that leave it are the factored Hessian
+terms of rows being deleted (see :class:`simulator.head.data.DeletionStatistics`).
+Sample ids are global; the client maps them to its local rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError
+from simulator.features.decorrelation import DecorrelationConfig, fit_weights, refit_weights
+from simulator.head.data import DeletionStatistics, LocalHeadData
+from simulator.head.logistic import ShardStatistics
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class WeightingPlan:
+    """How a client learns decorrelation weights; ``seed`` fixes the lift for every refit."""
+
+    config: DecorrelationConfig
+    seed: int
+
+
+@dataclass(frozen=True)
+class WeightReport:
+    """Spread of a client's current weights (how far they moved from uniform)."""
+
+    std: float
+    min: float
+    max: float
+    effective_sample_size_ratio: float
+    objective_ratio: float
+
+
+class FederatedClient:
+    """A shard of head features with global sample ids.
+
+    Parameters
+    ----------
+    client_id : the partition index.
+    sample_ids : (n_c,) global ids of the rows.
+    features : (n_c, d) head features, rows of norm <= 1.
+    labels : (n_c,) class indices.
+    num_classes : K.
+    weighting : decorrelation plan, or None for uniform weights (CR).
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        sample_ids: IntArray,
+        features: FloatArray,
+        labels: IntArray,
+        num_classes: int,
+        *,
+        weighting: WeightingPlan | None = None,
+    ) -> None:
+        if sample_ids.shape != (features.shape[0],):
+            raise InputError("one global sample id per feature row is required")
+        self.client_id = client_id
+        self._ids = np.asarray(sample_ids, dtype=np.int64)
+        self._local = {int(g): i for i, g in enumerate(self._ids)}
+        self._weighting = weighting
+        self.last_weights: WeightReport | None = None
+        weights = None
+        if weighting is not None and features.shape[0] >= 2:
+            result = fit_weights(features, config=weighting.config, rng=self._lift_rng())
+            weights = np.asarray(result.weights, dtype=np.float64)
+            self.last_weights = _report(result.weights, result.objective_final, result.objective_initial)
+        self.data = LocalHeadData(
+            features,
+            labels,
+            num_classes,
+            weights=weights,
+            reweigh=self._reweigh if weighting is not None else None,
+        )
+
+    def _lift_rng(self) -> np.random.Generator:
+        assert self._weighting is not None
+        return np.random.default_rng(self._weighting.seed)
+
+    def _reweigh(self, retained: IntArray, features: FloatArray, old: FloatArray) -> FloatArray:
+        assert self._weighting is not None
+        if features.shape[0] < 2:
+            return old
+        result = refit_weights(features, old, config=self._weighting.config, rng=self._lift_rng())
+        self.last_weights = _report(result.weights, result.objective_final, result.objective_initial)
+        return np.asarray(result.weights, dtype=np.float64)
+
+    # ---------------------------------------------------------- protocol
+    @property
+    def sample_ids(self) -> IntArray:
+        return self._ids
+
+    @property
+    def retained_ids(self) -> IntArray:
+        return self._ids[self.data.retained_ids]
+
+    @property
+    def retained_count(self) -> int:
+        return self.data.retained_count
+
+    def owns(self, sample_id: int) -> bool:
+        return sample_id in self._local
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        local = [self._local.get(int(i), -1) for i in ids]
+        bad = set(self.data.unknown_ids(local))
+        return [int(g) for g, l in zip(ids, local, strict=True) if l in bad]
+
+    def max_weight(self) -> float:
+        return self.data.max_weight()
+
+    def statistics(
+        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+    ) -> ShardStatistics:
+        return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
+
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        local = [self._local[int(i)] for i in ids]
+        return self.data.delete(local, W=W, W_ref=W_ref)
+
+
+def _report(weights: NDArray[np.float64], final: float, initial: float) -> WeightReport:
+    w = np.asarray(weights, dtype=np.float64)
+    return WeightReport(
+        std=float(w.std()),
+        min=float(w.min()),
+        max=float(w.max()),
+        effective_sample_size_ratio=float(w.sum() ** 2 / (w.size * np.sum(w * w))),
+        objective_ratio=float(final / initial) if initial > 0 else 1.0,
+    )

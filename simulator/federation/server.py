@@ -1,0 +1,129 @@
+"""The server's view of the federation: the certified head's rows, summed over clients.
+
+:class:`FederatedHeadData` implements :class:`simulator.head.data.HeadData` by asking every
+client for its statistics and summing them (sums over disjoint shards equal the full-data
+value), and routes each deletion only to the clients that own the samples. A
+:class:`ClientChannel` is anything that answers the client protocol: an in-process
+:class:`~simulator.federation.client.FederatedClient`, or a Flower adapter that encodes the
+same calls as messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError
+from simulator.head.data import DeletionStatistics
+from simulator.head.logistic import ShardStatistics
+
+FloatArray = NDArray[np.float64]
+
+
+class ClientChannel(Protocol):
+    """The client side of the protocol, as the server sees it."""
+
+    @property
+    def retained_count(self) -> int: ...
+
+    def max_weight(self) -> float: ...
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
+
+    def statistics(
+        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+    ) -> ShardStatistics: ...
+
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics: ...
+
+
+class FederatedHeadData:
+    """Aggregates client statistics; knows which client owns which global sample id.
+
+    Parameters
+    ----------
+    clients : client id -> channel.
+    owner : global sample id -> client id (all ids ever held by a client).
+    dim, num_classes : d and K of the head.
+    """
+
+    def __init__(
+        self,
+        clients: Mapping[int, ClientChannel],
+        owner: Mapping[int, int],
+        *,
+        dim: int,
+        num_classes: int,
+    ) -> None:
+        self.clients = dict(clients)
+        self._owner = dict(owner)
+        self._dim = dim
+        self._k = num_classes
+        self.last_routing: dict[int, int] = {}
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def num_classes(self) -> int:
+        return self._k
+
+    @property
+    def retained_count(self) -> int:
+        return sum(c.retained_count for c in self.clients.values())
+
+    def max_weight(self) -> float:
+        return max((c.max_weight() for c in self.clients.values()), default=0.0)
+
+    def route(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """Group ids by owning client; ids with no owner are under key -1."""
+        groups: dict[int, list[int]] = {}
+        for i in ids:
+            groups.setdefault(self._owner.get(int(i), -1), []).append(int(i))
+        return groups
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        bad: list[int] = []
+        for cid, group in self.route(ids).items():
+            bad.extend(group if cid < 0 else self.clients[cid].unknown_ids(group))
+        return bad
+
+    def statistics(
+        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+    ) -> ShardStatistics:
+        total = ShardStatistics.zeros(self._dim, self._k, hessian=hessian, gram=gram)
+        for client in self.clients.values():
+            total = total + client.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
+        return total
+
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        groups = self.route(ids)
+        if -1 in groups:
+            raise InputError(f"sample ids with no owning client: {groups[-1][:10]}")
+        self.last_routing = {cid: len(g) for cid, g in groups.items()}
+        parts = [self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())]
+        return combine_deletions(parts)
+
+
+def combine_deletions(parts: Sequence[DeletionStatistics]) -> DeletionStatistics:
+    """Sum the clients' answers to one deletion batch."""
+    if not parts:
+        raise InputError("no client answered the deletion")
+    reweighted = [p.reweighted for p in parts if p.reweighted is not None]
+    total_rw = None
+    if reweighted:
+        total_rw = reweighted[0]
+        for r in reweighted[1:]:
+            total_rw = total_rw + r
+    return DeletionStatistics(
+        removed_gradient=np.sum([p.removed_gradient for p in parts], axis=0),
+        removed_rows=np.vstack([p.removed_rows for p in parts]),
+        removed_curvature=np.vstack([p.removed_curvature for p in parts]),
+        reweighted=total_rw,
+        weight_change_l1=float(sum(p.weight_change_l1 for p in parts)),
+        max_weight=float(max(p.max_weight for p in parts)),
+    )

@@ -1,0 +1,30 @@
+"""DecoRemoval's certified linear head: maths, solver, training and certified removal."""
+
+from simulator.head.certificate import (
+    certificate_constant,
+    epsilon_spent,
+    residual_budget,
+)
+from simulator.head.certified import CertifiedHead, HeadConfig, RemovalReport
+from simulator.head.data import DeletionStatistics, HeadData, LocalHeadData
+from simulator.head.logistic import ShardStatistics, shard_statistics, signed_labels
+from simulator.head.solver import HessianSolver
+from simulator.head.training import TrainResult, train_head
+
+__all__ = [
+    "CertifiedHead",
+    "DeletionStatistics",
+    "HeadConfig",
+    "HeadData",
+    "HessianSolver",
+    "LocalHeadData",
+    "RemovalReport",
+    "ShardStatistics",
+    "TrainResult",
+    "certificate_constant",
+    "epsilon_spent",
+    "residual_budget",
+    "shard_statistics",
+    "signed_labels",
+    "train_head",
+]

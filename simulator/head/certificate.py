@@ -1,0 +1,120 @@
+"""Certificate arithmetic of certified removal (Guo, Goldstein, Hannun, van der Maaten, ICML 2020).
+
+Loss perturbation ``b ~ N(0, sigma^2 I)`` makes a removal (epsilon, delta)-certified when the
+gradient residual ``r = ||grad L_b(w-; D')||`` satisfies ``r <= eps'`` with
+``sigma = c eps' / epsilon`` and ``c = sqrt(2 ln(1.5 / delta))`` (Guo et al., Theorem 3).
+With sigma fixed the residual budget is therefore ``eps' = sigma * epsilon / c`` and a residual
+``beta`` spends ``epsilon(beta) = c * beta / sigma``. One-vs-rest heads compose: the residuals of
+the K binary heads are summed (``method.md`` section 3).
+
+The bounds on the residual of one Newton step ``u = H_ref^{-1} g`` taken from ``w`` with a
+Hessian ``H_ref`` evaluated at a reference point ``w_ref`` (``w_ref = w`` for the textbook
+step) follow from the mean-value form ``r = (H_ref - Hbar) u + e``, where ``Hbar`` averages the
+Hessian on the segment from ``w`` to ``w - u`` and ``e = g - H_ref u`` is the solver's residual.
+With ``|l''(s) - l''(t)| <= gamma |s - t|`` (gamma = 1/4 for the logistic loss), rows of norm at
+most 1 and sample weights at most ``a_max``:
+
+* data dependent (Guo et al., Corollary 1, generalised to ``w_ref != w`` and weights)::
+
+      r <= gamma a_max ||X'||_2 (||w_ref - w|| + ||u||) ||X' u|| + ||e||
+
+* worst case (Guo et al., Theorem 1: ``4 gamma C^2 / (lam^2 (n - 1))`` for one removal)::
+
+      r <= gamma a_max n' (||w_ref - w|| + U) U + ||e||,   U = G / (lam n')
+
+  where ``G`` bounds ``||g||`` from the batch size, ``C``, ``||w||`` and the weight changes only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import ConfigError
+
+FloatArray = NDArray[np.float64]
+
+#: Lipschitz constant of the logistic loss's second derivative used by Guo et al.
+GAMMA_LOGISTIC = 0.25
+#: Bound on the per-sample loss-gradient norm for logistic loss with ``||x|| <= 1``.
+C_LOGISTIC = 1.0
+
+
+def certificate_constant(delta: float) -> float:
+    """``c = sqrt(2 ln(1.5 / delta))`` (Guo et al., Theorem 3)."""
+    if not 0.0 < delta < 1.0:
+        raise ConfigError(f"delta must lie in (0, 1), got {delta}", "head.delta")
+    return math.sqrt(2.0 * math.log(1.5 / delta))
+
+
+def residual_budget(*, sigma: float, epsilon: float, delta: float) -> float:
+    """Residual budget ``eps' = sigma * epsilon / c``: sigma=10, eps=1, delta=1e-4 gives 2.28."""
+    if sigma <= 0 or epsilon <= 0:
+        raise ConfigError(f"sigma and epsilon must be positive, got {sigma}, {epsilon}", "head")
+    return sigma * epsilon / certificate_constant(delta)
+
+
+def epsilon_spent(residual: float, *, sigma: float, delta: float) -> float:
+    """Privacy spent by an accumulated residual ``beta``: ``c * beta / sigma``."""
+    return certificate_constant(delta) * residual / sigma
+
+
+def data_dependent_bound(
+    *,
+    spectral_norm: float,
+    step_norms: FloatArray,
+    projected_norms: FloatArray,
+    reference_gaps: FloatArray,
+    solve_residuals: FloatArray,
+    max_weight: float,
+    gamma: float = GAMMA_LOGISTIC,
+) -> FloatArray:
+    """Per-class data-dependent residual bounds (K,) (module docstring, first formula).
+
+    Parameters
+    ----------
+    spectral_norm : an upper bound on ``||X'||_2`` of the retained rows.
+    step_norms : ``||u_k||``; projected_norms : ``||X' u_k||``.
+    reference_gaps : ``||w_ref,k - w_k||``; solve_residuals : ``||g_k - H_k u_k||``.
+    max_weight : the largest sample weight on the retained rows.
+    """
+    return (
+        gamma * max_weight * spectral_norm * (reference_gaps + step_norms) * projected_norms
+        + solve_residuals
+    )
+
+
+def worst_case_bound(
+    *,
+    gradient_bounds: FloatArray,
+    retained: int,
+    lam: float,
+    reference_gaps: FloatArray,
+    solve_residuals: FloatArray,
+    max_weight: float,
+    gamma: float = GAMMA_LOGISTIC,
+) -> FloatArray:
+    """Per-class worst-case residual bounds (K,) (module docstring, second formula).
+
+    ``gradient_bounds`` bounds ``||g_k||`` without looking at the rows' values, e.g.
+    ``m (a_max C + lam ||w_k||) + C ||delta a||_1`` for a batch of m removals.
+    """
+    if retained < 1:
+        return np.full_like(gradient_bounds, np.inf)
+    u = gradient_bounds / (lam * retained)
+    return gamma * max_weight * retained * (reference_gaps + u) * u + solve_residuals
+
+
+def removal_gradient_bound(
+    *,
+    batch: int,
+    head_norms: FloatArray,
+    lam: float,
+    max_weight: float,
+    weight_change_l1: float,
+    c: float = C_LOGISTIC,
+) -> FloatArray:
+    """Data-free bound on ``||g_k||`` for removing ``batch`` rows and re-weighting the rest."""
+    return batch * (max_weight * c + lam * head_norms) + c * weight_change_l1

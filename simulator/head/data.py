@@ -1,0 +1,194 @@
+"""Where the head's rows live: the protocol the certified head talks to, and a local version.
+
+The certified head never touches rows directly. It asks a :class:`HeadData` for sufficient
+statistics (:mod:`simulator.head.logistic`) of all retained rows, of rows about to be removed,
+and of the change in sample weights. :class:`LocalHeadData` keeps the rows in memory (one
+party, tests, benchmarks); the federated server implements the same protocol by summing the
+clients' answers, so the removal logic is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError, UnknownSampleError
+from simulator.head.logistic import ShardStatistics, sigmoid, shard_statistics, signed_labels
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class DeletionStatistics:
+    """What a deletion changes in the objective, evaluated at the current head ``W``.
+
+    The removed rows' Hessian contribution is sent in factored form (rows and per-class
+    curvatures ``a_j p_jk (1 - p_jk)`` at the reference head) so the server can apply it as a
+    low-rank downdate; it reveals nothing beyond the dense ``sum_j c_j x_j x_j^T`` of the very
+    rows being deleted.
+
+    Attributes
+    ----------
+    removed_gradient : (d, K) ``sum_j a_j l'_jk y_jk x_j`` of the removed rows at ``W``.
+    removed_rows : (m, d) the removed rows.
+    removed_curvature : (m, K) their curvature coefficients at the reference head.
+    reweighted : statistics of the retained rows with weights ``a_new - a_old`` (gradient at
+        ``W``, dense Hessian at the reference head), or None when the weights are fixed.
+    weight_change_l1 : ``sum_i |a_new,i - a_old,i|`` over retained rows.
+    max_weight : largest weight among removed and retained rows, old and new.
+    """
+
+    removed_gradient: FloatArray
+    removed_rows: FloatArray
+    removed_curvature: FloatArray
+    reweighted: ShardStatistics | None
+    weight_change_l1: float
+    max_weight: float
+
+
+class HeadData(Protocol):
+    """Access to the retained rows of the head's training set."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+    @property
+    def retained_count(self) -> int: ...
+
+    def max_weight(self) -> float: ...
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
+
+    def statistics(
+        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+    ) -> ShardStatistics: ...
+
+    def delete(
+        self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray
+    ) -> DeletionStatistics: ...
+
+
+class LocalHeadData:
+    """Rows held in memory; deleted rows keep their place with weight 0 (no copies per removal).
+
+    Parameters
+    ----------
+    X : (n, d) features, rows of norm <= 1 (see ``features.rff.clip_to_unit_ball``).
+    y : (n,) integer labels in [0, K).
+    num_classes : K.
+    weights : (n,) positive sample weights (default all ones).
+    reweigh : optional callback ``(retained_ids, retained_features, old_weights) -> new_weights``
+        run after every deletion (DecoRemoval recomputes decorrelation weights here).
+    """
+
+    def __init__(
+        self,
+        X: FloatArray,
+        y: IntArray,
+        num_classes: int,
+        *,
+        weights: FloatArray | None = None,
+        reweigh: Reweigher | None = None,
+    ) -> None:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or y.shape != (X.shape[0],):
+            raise InputError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+        if not np.all(np.isfinite(X)):
+            raise InputError("features contain non-finite values")
+        norms = np.linalg.norm(X, axis=1)
+        if norms.size and norms.max() > 1.0 + 1e-9:
+            raise InputError(f"rows must have norm <= 1 for the certificate, max is {norms.max()}")
+        self._X = X
+        self._Y = signed_labels(np.asarray(y, dtype=np.int64), num_classes)
+        a = np.ones(X.shape[0]) if weights is None else np.array(weights, dtype=np.float64)
+        if a.shape != (X.shape[0],) or not np.all(np.isfinite(a)) or np.any(a <= 0):
+            raise InputError("weights must be positive, finite and one per row")
+        self._a = a
+        self._active = np.ones(X.shape[0], dtype=bool)
+        self._reweigh = reweigh
+
+    @property
+    def dim(self) -> int:
+        return int(self._X.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self._Y.shape[1])
+
+    @property
+    def retained_count(self) -> int:
+        return int(self._active.sum())
+
+    @property
+    def retained_ids(self) -> IntArray:
+        return np.flatnonzero(self._active).astype(np.int64)
+
+    @property
+    def weights(self) -> FloatArray:
+        """Current weights (0 for deleted rows); a copy."""
+        return np.where(self._active, self._a, 0.0)
+
+    def max_weight(self) -> float:
+        return float(self._a[self._active].max(initial=0.0))
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        arr = np.asarray(ids, dtype=np.int64)
+        bad = (arr < 0) | (arr >= self._X.shape[0])
+        ok = ~bad
+        bad[ok] = ~self._active[arr[ok]]
+        return [int(i) for i in arr[bad]]
+
+    def statistics(
+        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+    ) -> ShardStatistics:
+        a = self.weights
+        stats = shard_statistics(
+            self._X, self._Y, a, W, hessian=hessian, hessian_at=hessian_at, gram=False
+        )
+        g = None
+        if gram:
+            Xa = self._X[self._active]
+            g = Xa.T @ Xa
+        return ShardStatistics(stats.loss, stats.gradient, stats.hessian, g, self.retained_count)
+
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        idx = np.asarray(ids, dtype=np.int64)
+        Xr, Yr, ar = self._X[idx], self._Y[idx], self._a[idx]
+        removed = shard_statistics(Xr, Yr, ar, W)
+        p = sigmoid(Yr * (Xr @ W_ref))
+        curvature = ar[:, None] * p * (1.0 - p)
+        max_w = float(max(ar.max(initial=0.0), self.max_weight()))
+        self._active[idx] = False
+        reweighted, l1 = None, 0.0
+        if self._reweigh is not None:
+            keep = self.retained_ids
+            old = self._a[keep]
+            new = np.asarray(self._reweigh(keep, self._X[keep], old), dtype=np.float64)
+            if new.shape != old.shape or not np.all(np.isfinite(new)) or np.any(new <= 0):
+                raise InputError("re-weighting returned invalid weights")
+            diff = new - old
+            changed = np.flatnonzero(diff != 0.0)
+            rows = keep[changed]
+            reweighted = shard_statistics(
+                self._X[rows], self._Y[rows], diff[changed], W, hessian=True, hessian_at=W_ref
+            )
+            l1 = float(np.abs(diff).sum())
+            self._a[keep] = new
+            max_w = max(max_w, float(new.max(initial=0.0)))
+        return DeletionStatistics(removed.gradient, Xr, curvature, reweighted, l1, max_w)
+
+
+class Reweigher(Protocol):
+    """Recomputes sample weights of the retained rows after a deletion."""
+
+    def __call__(
+        self, retained_ids: IntArray, features: FloatArray, old_weights: FloatArray
+    ) -> FloatArray: ...

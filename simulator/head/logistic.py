@@ -1,0 +1,167 @@
+"""One-vs-rest L2-regularised logistic loss: values, gradients, Hessians and shard statistics.
+
+Per binary head k with labels ``y_ik in {-1, +1}`` and sample weights ``a_i``, the perturbed
+training objective of Guo et al. (ICML 2020, eq. 1) with DecoRemoval's sample weights is
+
+    L_b(w_k; D) = sum_i a_i l(w_k . x_i, y_ik) + (lam * n / 2) ||w_k||^2 + b_k . w_k,
+    l(s, y) = log(1 + exp(-y s))
+
+(``method.md`` section 3). Its gradient and Hessian are
+
+    grad = sum_i a_i (-y_ik sigmoid(-y_ik s_ik)) x_i + lam n w_k + b_k
+    H    = sum_i a_i p_ik (1 - p_ik) x_i x_i^T + lam n I,      p_ik = sigmoid(y_ik s_ik).
+
+Only the data terms (the sums over i) depend on the data; they are the *sufficient statistics*
+that clients send to the server (``design.md``, "The head in a federation"). Sums over disjoint
+shards equal the full-data value, which is what makes federated Newton iterations exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def signed_labels(y: IntArray, num_classes: int) -> FloatArray:
+    """One-vs-rest labels: ``Y[i, k] = +1`` if ``y_i == k`` else ``-1`` (shape (n, K))."""
+    if y.ndim != 1:
+        raise InputError(f"labels must be 1-D, got shape {y.shape}")
+    if y.size and (y.min() < 0 or y.max() >= num_classes):
+        raise InputError(f"labels must lie in [0, {num_classes}), got [{y.min()}, {y.max()}]")
+    out = -np.ones((y.shape[0], num_classes), dtype=np.float64)
+    out[np.arange(y.shape[0]), y] = 1.0
+    return out
+
+
+def sigmoid(t: FloatArray) -> FloatArray:
+    """Numerically stable logistic function."""
+    out: FloatArray = np.empty_like(t)
+    pos = t >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-t[pos]))
+    e = np.exp(t[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
+
+
+@dataclass(frozen=True)
+class ShardStatistics:
+    """Data terms of the objective of one shard at a given head ``W`` (d x K).
+
+    Attributes
+    ----------
+    loss : (K,) weighted loss sums ``sum_i a_i l_ik``.
+    gradient : (d, K) weighted gradient sums ``sum_i a_i l'_ik y_ik x_i``.
+    hessian : (K, d, d) weighted Hessian sums, or None when not requested.
+    gram : (d, d) unweighted ``X^T X`` of the rows, or None when not requested.
+    count : number of rows.
+    """
+
+    loss: FloatArray
+    gradient: FloatArray
+    hessian: FloatArray | None
+    gram: FloatArray | None
+    count: int
+
+    def __add__(self, other: ShardStatistics) -> ShardStatistics:
+        return ShardStatistics(
+            loss=self.loss + other.loss,
+            gradient=self.gradient + other.gradient,
+            hessian=_add_optional(self.hessian, other.hessian),
+            gram=_add_optional(self.gram, other.gram),
+            count=self.count + other.count,
+        )
+
+    @staticmethod
+    def zeros(d: int, k: int, *, hessian: bool, gram: bool) -> ShardStatistics:
+        """The statistics of an empty shard (the neutral element of ``+``)."""
+        return ShardStatistics(
+            loss=np.zeros(k),
+            gradient=np.zeros((d, k)),
+            hessian=np.zeros((k, d, d)) if hessian else None,
+            gram=np.zeros((d, d)) if gram else None,
+            count=0,
+        )
+
+
+def _add_optional(a: FloatArray | None, b: FloatArray | None) -> FloatArray | None:
+    if a is None or b is None:
+        if a is not None or b is not None:
+            raise InputError("cannot add statistics with and without the same optional terms")
+        return None
+    return a + b
+
+
+def shard_statistics(
+    X: FloatArray,
+    Y: FloatArray,
+    a: FloatArray,
+    W: FloatArray,
+    *,
+    hessian: bool = False,
+    gram: bool = False,
+    hessian_at: FloatArray | None = None,
+) -> ShardStatistics:
+    """Sufficient statistics of rows ``X`` (n x d) with signed labels ``Y`` (n x K).
+
+    Parameters
+    ----------
+    X, Y, a : rows, one-vs-rest labels in {-1, +1}, per-sample weights (n,).
+    W : (d, K) head at which loss and gradient are evaluated.
+    hessian : also return the per-class Hessian sums.
+    gram : also return ``X^T X`` (for the data-dependent bound's ``||X||_2``).
+    hessian_at : evaluate the Hessian at this head instead of ``W`` (the removal keeps its
+        aggregate Hessian at a reference point; see :mod:`simulator.head.certified`).
+    """
+    n, d = X.shape
+    k = W.shape[1]
+    if Y.shape != (n, k) or a.shape != (n,) or W.shape[0] != d:
+        raise InputError(f"shape mismatch: X {X.shape}, Y {Y.shape}, a {a.shape}, W {W.shape}")
+    margins = Y * (X @ W)
+    # l = log(1 + exp(-m)); dl/ds = -y sigmoid(-m)
+    loss = a @ np.logaddexp(0.0, -margins)
+    coeff = -(Y * sigmoid(-margins)) * a[:, None]
+    grad = X.T @ coeff
+    hess = None
+    if hessian:
+        m_ref = margins if hessian_at is None else Y * (X @ hessian_at)
+        p = sigmoid(m_ref)
+        curv = a[:, None] * p * (1.0 - p)
+        hess = np.empty((k, d, d))
+        signed = bool(np.any(a < 0))  # weight *changes* may be negative
+        for c in range(k):
+            if signed:
+                hess[c] = X.T @ (X * curv[:, c, None])
+            else:
+                Xs = X * np.sqrt(curv[:, c])[:, None]
+                hess[c] = Xs.T @ Xs  # numpy dispatches A.T @ A to syrk
+    g = X.T @ X if gram else None
+    return ShardStatistics(loss=loss, gradient=grad, hessian=hess, gram=g, count=n)
+
+
+def objective_gradient(
+    stats: ShardStatistics, W: FloatArray, b: FloatArray, *, lam: float
+) -> FloatArray:
+    """Full gradient ``grad L_b`` (d x K) from the aggregated data statistics (eq. above)."""
+    return stats.gradient + lam * stats.count * W + b
+
+
+def objective_value(
+    stats: ShardStatistics, W: FloatArray, b: FloatArray, *, lam: float
+) -> FloatArray:
+    """Per-class objective values ``L_b(w_k)`` (K,)."""
+    return stats.loss + 0.5 * lam * stats.count * np.sum(W * W, axis=0) + np.sum(b * W, axis=0)
+
+
+def objective_hessian(stats: ShardStatistics, *, lam: float) -> FloatArray:
+    """Per-class Hessians (K, d, d) of the objective: data terms + ``lam n I``."""
+    if stats.hessian is None:
+        raise InputError("statistics were computed without Hessians")
+    d = stats.hessian.shape[1]
+    return stats.hessian + lam * stats.count * np.eye(d)[None, :, :]

@@ -1,0 +1,41 @@
+"""Utility metrics: accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError
+
+IntArray = NDArray[np.int64]
+
+
+def _check(y_true: IntArray, y_pred: IntArray) -> None:
+    if y_true.shape != y_pred.shape or y_true.ndim != 1:
+        raise InputError(f"label arrays must be 1-D of equal length, got {y_true.shape}, {y_pred.shape}")
+
+
+def accuracy(y_true: IntArray, y_pred: IntArray) -> float:
+    """Share of correct predictions; NaN for an empty set."""
+    _check(y_true, y_pred)
+    return float(np.mean(y_true == y_pred)) if y_true.size else float("nan")
+
+
+def weighted_f1(y_true: IntArray, y_pred: IntArray) -> float:
+    """F1 per class present in ``y_true``, averaged with weights equal to class support.
+
+    Equals scikit-learn's ``f1_score(average="weighted")``; a class never predicted and never
+    correct has F1 0. NaN for an empty set.
+    """
+    _check(y_true, y_pred)
+    if not y_true.size:
+        return float("nan")
+    classes, support = np.unique(y_true, return_counts=True)
+    total = 0.0
+    for c, s in zip(classes, support, strict=True):
+        tp = float(np.sum((y_pred == c) & (y_true == c)))
+        fp = float(np.sum((y_pred == c) & (y_true != c)))
+        fn = float(s) - tp
+        denom = 2 * tp + fp + fn
+        total += s * (2 * tp / denom if denom else 0.0)
+    return total / float(support.sum())

@@ -1,0 +1,59 @@
+"""Feature extractors and their federated training (the ``x -> h`` half of the model).
+
+See ``notes/method.md`` section 1: the extractor is trained (here with FedAvg and a
+temporary linear layer), then frozen; only the linear head on its RFF-mapped
+features is removed from with a certificate.
+"""
+
+from simulator.models.backbones import (
+    Backbone,
+    BackboneKind,
+    BackboneSpec,
+    ExtractorWithHead,
+    IdentityBackbone,
+    InputKind,
+    LSTMBackbone,
+    MLPBackbone,
+    TransformerBackbone,
+    build_backbone,
+)
+from simulator.models.device import DeviceSetting, draw_seed, resolve_device, seeded_rng
+from simulator.models.fedavg import (
+    FedAvgResult,
+    LocalUpdate,
+    StateArrays,
+    client_generator,
+    extract_features,
+    fedavg,
+    load_arrays,
+    local_train,
+    state_to_arrays,
+    train_federated,
+)
+
+__all__ = [
+    "Backbone",
+    "BackboneKind",
+    "BackboneSpec",
+    "DeviceSetting",
+    "ExtractorWithHead",
+    "FedAvgResult",
+    "IdentityBackbone",
+    "InputKind",
+    "LSTMBackbone",
+    "LocalUpdate",
+    "MLPBackbone",
+    "StateArrays",
+    "TransformerBackbone",
+    "build_backbone",
+    "client_generator",
+    "draw_seed",
+    "extract_features",
+    "fedavg",
+    "load_arrays",
+    "local_train",
+    "resolve_device",
+    "seeded_rng",
+    "state_to_arrays",
+    "train_federated",
+]

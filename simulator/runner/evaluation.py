@@ -1,0 +1,125 @@
+"""Evaluation sets of a run and the injected shifts that act on them over time.
+
+Splits (``metrics.md``, "Utility"): ``test`` (in distribution), ``ood`` (the paper's label-swap
+construction, or a source's own shifted set), ``forget`` (every sample deleted so far) and
+``retain`` (a fixed sample of retained training rows). Shifts from the scenario start at their
+tick and stay active; features of shifted inputs are computed once per set of active shifts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.data.dataset import Dataset
+from simulator.data.shift import apply_shift, class_prior_shift, label_swap_test
+from simulator.runner.seeds import stage_seed
+from simulator.scenario import Scenario
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+Featurize = Callable[[NDArray[Any]], FloatArray]
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Raw inputs and labels of one split before shifts."""
+
+    x: NDArray[Any]
+    y: IntArray
+
+
+@dataclass
+class EvaluationSets:
+    """The splits, with a cache of (shifted) features keyed by the active shifts."""
+
+    scenario: Scenario
+    dataset: Dataset
+    featurize: Featurize
+    base: dict[str, EvalSet]
+    _cache: dict[tuple[str, tuple[int, ...]], tuple[FloatArray, IntArray]] = field(
+        default_factory=dict
+    )
+
+    def active_shifts(self, tick: int) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self.scenario.shifts) if tick >= s.start)
+
+    def features(self, split: str, tick: int) -> tuple[FloatArray, IntArray]:
+        """Head features and labels of ``split`` as seen at ``tick``."""
+        active = tuple(
+            i
+            for i in self.active_shifts(tick)
+            if self.scenario.shifts[i].applies_to in ("both", split)
+        )
+        key = (split, active)
+        if key not in self._cache:
+            x, y = self.base[split].x, self.base[split].y
+            for i in active:
+                x, y = self._shift(i, x, y)
+            self._cache[key] = (self.featurize(x), y)
+        return self._cache[key]
+
+    def _shift(self, i: int, x: NDArray[Any], y: IntArray) -> tuple[NDArray[Any], IntArray]:
+        spec = self.scenario.shifts[i]
+        rng = np.random.default_rng([stage_seed(self.scenario.seed, "shift"), i])
+        if spec.kind == "class_prior":
+            assert spec.prior is not None
+            idx = class_prior_shift(y, np.asarray(spec.prior), rng)
+            return x[idx], y[idx]
+        assert spec.severity is not None
+        out = apply_shift(x, y, kind=spec.kind, severity=spec.severity, dataset=self.dataset, rng=rng)
+        return out.x, out.y
+
+
+def build_eval_sets(
+    scenario: Scenario, dataset: Dataset, featurize: Featurize, rng: np.random.Generator
+) -> EvaluationSets:
+    """Test and OOD splits (forget/retain are drawn from the clients during the run)."""
+    base = {"test": EvalSet(dataset.x_test, dataset.y_test)}
+    if scenario.ood is not None:
+        names = list(dataset.class_names)
+        src, dst = _class_index(names, scenario.ood.source_class), _class_index(
+            names, scenario.ood.target_class
+        )
+        split = label_swap_test(
+            dataset.x_test,
+            dataset.y_test,
+            source_class=src,
+            target_class=dst,
+            fraction=scenario.ood.fraction,
+            rng=rng,
+        )
+        base["ood"] = EvalSet(split.x, split.y)
+    elif (
+        dataset.ood_x is not None
+        and dataset.ood_y is not None
+        and dataset.ood_y.size
+        and dataset.ood_y.min() >= 0
+        and dataset.ood_y.max() < dataset.num_classes
+        and scenario.data.classes is None
+    ):
+        base["ood"] = EvalSet(dataset.ood_x, dataset.ood_y)
+    return EvaluationSets(scenario, dataset, featurize, base)
+
+
+def _class_index(names: list[str], label: int) -> int:
+    originals = original_labels(names)
+    return originals.index(label) if label in originals else label
+
+
+def original_labels(names: list[str] | tuple[str, ...]) -> list[int]:
+    """The source's label of each class index (class names that are integers), else the index.
+
+    Scenario class ids (``data.classes``, targets, OOD classes) are in this label space.
+    """
+    out = []
+    for i, name in enumerate(names):
+        try:
+            out.append(int(name))
+        except ValueError:
+            out.append(i)
+    return out

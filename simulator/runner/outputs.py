@@ -1,0 +1,171 @@
+"""What a run leaves in its output folder, and the summary it prints.
+
+* ``resolved_scenario.yaml`` — the scenario after defaults and overrides;
+* ``events.jsonl`` — one JSON object per event (start, trained, every deletion batch, end);
+* ``receipts.jsonl`` — one :class:`~simulator.stream.DeletionReceipt` per request;
+* ``metrics.json`` — final metrics; ``summary.md`` — the summary table;
+* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over removed samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.stream import DeletionReceipt
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunWriter:
+    """Appends events and receipts as they happen, so a crashed run keeps its log."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._events = (folder / "events.jsonl").open("w", encoding="utf-8")
+        self._receipts = (folder / "receipts.jsonl").open("w", encoding="utf-8")
+
+    def event(self, record: dict[str, Any]) -> None:
+        self._events.write(json.dumps(_clean(record), sort_keys=True) + "\n")
+        self._events.flush()
+
+    def receipts(self, receipts: Sequence[DeletionReceipt]) -> None:
+        for r in receipts:
+            self._receipts.write(r.model_dump_json() + "\n")
+        self._receipts.flush()
+
+    def text(self, name: str, content: str) -> Path:
+        path = self.folder / name
+        path.write_text(content, encoding="utf-8")
+        return path
+
+    def json(self, name: str, content: dict[str, Any]) -> Path:
+        return self.text(name, json.dumps(_clean(content), indent=2, sort_keys=True) + "\n")
+
+    def close(self) -> None:
+        self._events.close()
+        self._receipts.close()
+
+
+def summary_rows(start: dict[str, Any], batches: list[dict[str, Any]], end: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, value) rows of the summary table."""
+    def pct(v: Any) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}%"
+
+    first = start.get("metrics", {})
+    last = end.get("metrics", {})
+    totals = [b["timings"]["total"] for b in batches if "timings" in b and "total" in b["timings"]]
+    rows = [
+        ("method", str(end["method"])),
+        ("clients / train rows", f"{end['clients']} / {end['train_rows']}"),
+        ("requests (applied / rejected)", f"{end['requests_applied']} / {end['requests_rejected']}"),
+        ("deletion batches", str(len(batches))),
+        ("samples removed", str(end["removed_total"])),
+        ("retrains (budget / method)", f"{end['retrains_budget']} / {end['retrains_method']}"),
+        ("epsilon spent (of target)", f"{end['epsilon_spent']:.4f} (of {end['epsilon_target']})"),
+        ("budget used", pct(end["budget_used_ratio"])),
+        ("extractor certified", "yes" if end["extractor_certified"] else "no (trained on private data)"),
+    ]
+    for split in ("test", "ood", "retain", "forget"):
+        key = f"accuracy_{split}"
+        if key in last or key in first:
+            rows.append((f"accuracy {split} (start -> end)", f"{pct(first.get(key))} -> {pct(last.get(key))}"))
+    if totals:
+        rows.append(("removal time per batch (mean / max)", f"{1e3 * np.mean(totals):.1f} / {1e3 * max(totals):.1f} ms"))
+    refs = [c for b in batches for c in b.get("checkpoints", [])]
+    if refs:
+        c = refs[-1]
+        rows.append(
+            (f"vs retrained head at {c['checkpoint']} removals",
+             f"rel. distance {c['param_distance_relative']:.2e}, test acc {pct(c.get('reference_accuracy_test'))}")
+        )
+    rows.append(("wall time", f"{end['wall_seconds']:.1f} s"))
+    return rows
+
+
+def markdown_table(rows: list[tuple[str, str]]) -> str:
+    lines = ["| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Path]:
+    """PNG curves over cumulative removed samples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [b["removed_total"] for b in batches]
+    paths: list[Path] = []
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for split, style in (("test", "-"), ("ood", "--"), ("retain", ":"), ("forget", "-.")):
+        pts = [(b["removed_total"], b["metrics"][f"accuracy_{split}"]) for b in batches
+               if f"accuracy_{split}" in b.get("metrics", {})]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), style, label=f"{split}")
+    refs = [(b["removed_total"], c) for b in batches for c in b.get("checkpoints", [])]
+    for split, marker in (("test", "o"), ("ood", "s")):
+        pts = [(r, c[f"reference_accuracy_{split}"]) for r, c in refs if f"reference_accuracy_{split}" in c]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker, color="k", label=f"retrained head ({split})")
+    ax.set_xlabel("samples removed")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"{title}: accuracy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    paths.append(_save(fig, folder / "accuracy.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    used = [b.get("budget_used_ratio", np.nan) for b in batches]
+    ax.plot(x, used, label="budget used")
+    for b in batches:
+        if b.get("retrained"):
+            ax.axvline(b["removed_total"], color="r", alpha=0.3)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel("samples removed")
+    ax.set_ylabel("cumulative residual / budget")
+    ax.set_title(f"{title}: certificate budget (red: retrain)")
+    ax.grid(alpha=0.3)
+    paths.append(_save(fig, folder / "budget.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("residual_worst", "worst-case bound"), ("residual_data", "data-dependent bound"),
+                       ("residual_exact", "exact residual")):
+        pts = [(b["removed_total"], b[key]) for b in batches if b.get(key)]
+        if pts:
+            ax.semilogy(*zip(*pts, strict=True), ".", label=label)
+    ax.set_xlabel("samples removed")
+    ax.set_ylabel("gradient residual (summed over classes)")
+    ax.set_title(f"{title}: residual per batch")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    paths.append(_save(fig, folder / "residuals.png"))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,133 @@
+"""Run a scenario end to end in one process: train, then play the deletion stream."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simulator.runner.loop import StreamState, evaluate, iterate_batches, apply_batch
+from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
+from simulator.runner.setup import Federation, build_federation
+from simulator.scenario import Scenario, scenario_to_yaml
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where the run wrote its files, and its final metrics."""
+
+    output_dir: Path
+    final: dict[str, Any]
+    summary: list[tuple[str, str]]
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    output_dir: str | Path | None = None,
+    console: Console | None = None,
+    progress: bool = True,
+    plots: bool = True,
+) -> RunResult:
+    """Train the federation, consume the stream, write outputs; see :mod:`.outputs`."""
+    console = console or Console()
+    folder = Path(output_dir or scenario.output_dir)
+    wall = time.perf_counter()
+    writer = RunWriter(folder)
+    writer.text("resolved_scenario.yaml", scenario_to_yaml(scenario))
+    try:
+        with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
+            fed = build_federation(scenario)
+        start = _start_event(fed)
+        writer.event(start)
+        state = StreamState()
+        batches = list(iterate_batches(fed))
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+        with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
+            task = bar.add_task("deletion stream", total=len(batches), info="")
+            for i, batch in enumerate(batches):
+                n_before = len(state.receipts)
+                event = apply_batch(fed, state, i, batch)
+                writer.event(event)
+                writer.receipts(state.receipts[n_before:])
+                acc = event.get("metrics", {}).get("accuracy_test")
+                bar.update(task, advance=1, info=(
+                    f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}"
+                    + (f"  acc {acc:.3f}" if acc is not None else "")
+                ))
+        end = _end_event(fed, state, batches, wall)
+        writer.event(end)
+        rows = summary_rows(start, state.events, end)
+        writer.json("metrics.json", end)
+        writer.text("summary.md", f"# {scenario.name}\n\n" + markdown_table(rows))
+        if plots and state.events:
+            plot_run(folder, state.events, scenario.name)
+    finally:
+        writer.close()
+    table = Table(title=f"{scenario.name}: summary")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    console.print(f"outputs in [bold]{folder}[/]")
+    return RunResult(folder, end, rows)
+
+
+def _start_event(fed: Federation) -> dict[str, Any]:
+    head = fed.head
+    weights = {str(c): vars(cl.last_weights) for c, cl in fed.clients.items() if cl.last_weights}
+    return {
+        "event": "start",
+        "scenario": fed.scenario.name,
+        "seed": fed.scenario.seed,
+        "method": fed.scenario.method,
+        "train_rows": int(fed.dataset.y_train.size),
+        "public_rows": int(fed.public_indices.size),
+        "clients": {str(c): int(len(s)) for c, s in enumerate(fed.client_indices)},
+        "num_classes": fed.dataset.num_classes,
+        "feature_dim": int(fed.train_features.shape[1]),
+        "extractor_round_losses": list(fed.featurizer.round_losses),
+        "extractor_certified": fed.extractor_certified,
+        "head_newton_iterations": head.last_fit_iterations,
+        "training_residual": head.cumulative_residual,
+        "budget": head.budget,
+        "requests": len(fed.requests),
+        "decorrelation_weights": weights,
+        "metrics": evaluate(fed, 0, []),
+    }
+
+
+def _end_event(fed: Federation, state: StreamState, batches: list[Any], wall: float) -> dict[str, Any]:
+    head = fed.head
+    last_tick = batches[-1][0].tick if batches else 0
+    retrains_method = sum(1 for e in state.events if e.get("retrain_reason") == "method")
+    retrains_budget = sum(1 for e in state.events if e.get("retrain_reason") == "budget")
+    return {
+        "event": "end",
+        "method": fed.scenario.method,
+        "clients": len(fed.clients),
+        "train_rows": int(fed.dataset.y_train.size),
+        "requests": len(state.receipts),
+        "requests_applied": sum(r.status == "applied" for r in state.receipts),
+        "requests_rejected": sum(r.status == "rejected" for r in state.receipts),
+        "removed_total": len(state.forgotten),
+        "retained": fed.head_data.retained_count,
+        "retrains_budget": retrains_budget,
+        "retrains_method": retrains_method,
+        "epsilon_spent": head.epsilon_spent,
+        "epsilon_target": fed.scenario.head.epsilon,
+        "delta": fed.scenario.head.delta,
+        "budget": head.budget,
+        "budget_used_ratio": head.cumulative_residual / head.budget,
+        "model_version": head.model_version,
+        "extractor_certified": fed.extractor_certified,
+        "metrics": evaluate(fed, last_tick, state.forgotten),
+        "wall_seconds": time.perf_counter() - wall,
+    }

@@ -1,0 +1,177 @@
+"""Scenario sections that describe the data: source, text handling, synthetic generator, partition.
+
+See ``docs/scenarios.md`` for the meaning and default of every key. The data
+sources are the offline ones listed in ``notes/data.md``; the paper's MNIST
+3-vs-8 in-distribution / other-digits-OOD split is expressed with
+``classes: [3, 8]`` (DecoRemoval, Sec. 4.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from simulator.scenario._base import Checks, Section
+
+DataSource = Literal[
+    "synthetic",
+    "mnist",
+    "fashion_mnist",
+    "digits",
+    "rotten_tomatoes",
+    "gss_happiness",
+    "adult",
+    "idx",
+    "cifar10",
+    "sst2",
+    "csv",
+]
+#: Sources whose samples are sentences (they accept the ``text`` section).
+TEXT_SOURCES: tuple[str, ...] = ("rotten_tomatoes", "sst2")
+#: Sources whose samples are images (they accept a ``rotation`` shift).
+IMAGE_SOURCES: tuple[str, ...] = ("mnist", "fashion_mnist", "digits", "idx", "cifar10")
+#: Sources that read the user's files and so need ``path``.
+PATH_REQUIRED: tuple[str, ...] = ("idx", "cifar10", "sst2", "csv")
+#: Sources that read files from a default location that ``path`` may replace.
+PATH_OPTIONAL: tuple[str, ...] = ("fashion_mnist",)
+
+
+class TextSpec(Section):
+    """How sentences become model inputs (text sources only)."""
+
+    representation: Literal["embedding", "tokens"] = Field(
+        default="embedding",
+        description="embedding: fixed sentence embeddings (any backbone); "
+        "tokens: token ids for an lstm/transformer backbone.",
+    )
+    max_len: int = Field(default=48, ge=1, description="Tokens kept per sentence (tokens only).")
+    vocab_size: int = Field(
+        default=5000, ge=2, description="Vocabulary size, incl. padding/unknown."
+    )
+
+
+class SyntheticSpec(Section):
+    """Generator of a classification task with causal and spurious features."""
+
+    n_train: int = Field(default=2000, ge=1, description="Training samples.")
+    n_test: int = Field(default=1000, ge=1, description="Test samples.")
+    n_features: int = Field(default=20, ge=1, description="Input dimension.")
+    n_classes: int = Field(default=2, ge=2, description="Number of classes.")
+    n_causal: int = Field(default=5, ge=1, description="Features that cause the label.")
+    spurious_strength: float = Field(
+        default=0.9, ge=0, le=1, description="How strongly the spurious features track the label."
+    )
+    noise: float = Field(default=0.5, ge=0, description="Std of the additive feature noise.")
+    correlation: float = Field(
+        default=0.5, ge=0, lt=1, description="Correlation between neighbouring causal features."
+    )
+
+    @model_validator(mode="after")
+    def _causal_fits(self) -> SyntheticSpec:
+        checks = Checks()
+        if self.n_causal > self.n_features:
+            checks.add(
+                ("n_causal",),
+                f"should be at most n_features ({self.n_features})",
+                got=self.n_causal,
+            )
+        checks.raise_if_any()
+        return self
+
+
+class DataSpec(Section):
+    """Which dataset, which classes and how much of it."""
+
+    source: DataSource = Field(description="Dataset to load.")
+    path: str | None = Field(default=None, description="File or folder (idx, cifar10, sst2, csv).")
+    label_column: str | None = Field(default=None, description="Label column of a csv file.")
+    classes: list[int] | None = Field(
+        default=None, description="In-distribution labels; samples of other labels become OOD."
+    )
+    max_train: int | None = Field(default=None, ge=1, description="Cap on training samples.")
+    max_test: int | None = Field(default=None, ge=1, description="Cap on test samples.")
+    test_fraction: float = Field(
+        default=0.2, gt=0, lt=1, description="Test share when the source has no fixed split."
+    )
+    text: TextSpec | None = Field(default=None, description="Text settings (text sources only).")
+    synthetic: SyntheticSpec | None = Field(
+        default=None, description="Generator settings (synthetic only)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_sections(cls, raw: Any) -> Any:
+        """Give text sources a ``text`` and ``synthetic`` a ``synthetic`` section."""
+        if isinstance(raw, dict):
+            source = raw.get("source")
+            if source in TEXT_SOURCES and raw.get("text") is None:
+                raw = {**raw, "text": {}}
+            if source == "synthetic" and raw.get("synthetic") is None:
+                raw = {**raw, "synthetic": {}}
+        return raw
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSpec:
+        checks = Checks()
+        src = self.source
+        if src in PATH_REQUIRED and self.path is None:
+            checks.add(("path",), f"source '{src}' needs a path to the data, got nothing")
+        if self.path is not None and src not in PATH_REQUIRED + PATH_OPTIONAL:
+            checks.add(("path",), f"not used by source '{src}'", got=self.path)
+        if src == "csv" and self.label_column is None:
+            checks.add(("label_column",), "source 'csv' needs label_column, got nothing")
+        if src != "csv" and self.label_column is not None:
+            checks.add(("label_column",), "only used by source 'csv'", got=self.label_column)
+        if self.text is not None and src not in TEXT_SOURCES:
+            checks.add(
+                ("text",),
+                f"only for text sources ({', '.join(TEXT_SOURCES)}), source is '{src}'",
+            )
+        if self.synthetic is not None and src != "synthetic":
+            checks.add(("synthetic",), f"only for source 'synthetic', source is '{src}'")
+        if self.classes is not None:
+            if len(set(self.classes)) < 2 or len(set(self.classes)) != len(self.classes):
+                checks.add(("classes",), "should be at least 2 distinct labels", got=self.classes)
+            if any(c < 0 for c in self.classes):
+                checks.add(("classes",), "labels should be >= 0", got=self.classes)
+            if self.synthetic is not None and any(
+                c >= self.synthetic.n_classes for c in self.classes
+            ):
+                checks.add(
+                    ("classes",),
+                    f"labels should be < synthetic.n_classes ({self.synthetic.n_classes})",
+                    got=self.classes,
+                )
+        checks.raise_if_any()
+        return self
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the samples are sentences."""
+        return self.source in TEXT_SOURCES
+
+    @property
+    def uses_tokens(self) -> bool:
+        """Whether the model receives token ids (text source with ``tokens``)."""
+        return self.text is not None and self.text.representation == "tokens"
+
+    @property
+    def static_num_classes(self) -> int | None:
+        """Number of labels of the source when known before loading (synthetic only)."""
+        return self.synthetic.n_classes if self.synthetic is not None else None
+
+
+class PartitionSpec(Section):
+    """How the training data is split over the clients."""
+
+    kind: Literal["iid", "dirichlet", "covariate", "quantity"] = Field(
+        default="iid",
+        description="iid; dirichlet label skew; covariate skew; quantity skew.",
+    )
+    num_clients: int = Field(default=5, ge=1, description="Number of clients.")
+    alpha: float = Field(
+        default=0.5,
+        gt=0,
+        description="Dirichlet concentration (dirichlet, quantity); smaller = skewier.",
+    )

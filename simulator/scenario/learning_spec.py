@@ -1,0 +1,137 @@
+"""Scenario sections of the learner: backbone, RFF map, decorrelation and the certified head.
+
+The model is split as in DecoRemoval (Sec. 3): an extractor (``model``), a
+fixed random Fourier feature map (``rff``, Rahimi & Recht 2007), decorrelation
+sample weights (``decorrelation``, StableNet, Zhang et al. CVPR 2021) and a
+linear head removed from with Newton steps and a certificate (``head``,
+Guo et al. ICML 2020, Eq. 2-4). Defaults follow ``notes/method.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from simulator.scenario._base import Checks, Section
+
+
+class ModelSpec(Section):
+    """Feature extractor and its federated (FedAvg) training."""
+
+    backbone: Literal["mlp", "lstm", "transformer", "identity"] = Field(
+        default="mlp",
+        description="Extractor; identity feeds the raw inputs to the RFF map. "
+        "lstm/transformer need data.text.representation: tokens.",
+    )
+    feature_dim: int = Field(default=64, ge=1, description="Width of the extractor output h.")
+    hidden: list[int] = Field(default=[128], description="Hidden layer widths of the mlp.")
+    embed_dim: int = Field(
+        default=64, ge=1, description="Token embedding width (lstm/transformer)."
+    )
+    heads: int = Field(default=2, ge=1, description="Attention heads (transformer).")
+    layers: int = Field(
+        default=1, ge=1, description="Recurrent / encoder layers (lstm/transformer)."
+    )
+    rounds: int = Field(default=3, ge=0, description="FedAvg rounds training the extractor.")
+    local_epochs: int = Field(default=1, ge=1, description="Local epochs per FedAvg round.")
+    batch_size: int = Field(default=64, ge=1, description="Local minibatch size.")
+    lr: float = Field(default=1e-3, gt=0, description="Extractor learning rate.")
+    extractor_data: Literal["private", "public"] = Field(
+        default="private",
+        description="public: extractor trained on a held-out pool never deleted from; "
+        "private: trained on the clients' data (the run is NOT certified for the extractor).",
+    )
+    public_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of the training data held out as the public pool.",
+    )
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_widths(cls, hidden: list[int]) -> list[int]:
+        if any(width < 1 for width in hidden):
+            raise ValueError("widths should be >= 1")
+        return hidden
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelSpec:
+        checks = Checks()
+        if self.backbone == "transformer" and self.embed_dim % self.heads:
+            checks.add(
+                ("heads",),
+                f"should divide embed_dim ({self.embed_dim}) for a transformer",
+                got=self.heads,
+            )
+        checks.raise_if_any()
+        return self
+
+    @property
+    def certified_extractor(self) -> bool:
+        """Whether deletions cannot have influenced the extractor (public pool)."""
+        return self.extractor_data == "public"
+
+
+class RFFSpec(Section):
+    """Random Fourier feature map ``u(h) = sqrt(2/m) cos(h Omega + phi)``."""
+
+    dim: int = Field(default=512, ge=1, description="Number of random features m.")
+    bandwidth: float | Literal["median"] = Field(
+        default="median",
+        description="Kernel bandwidth sigma (Omega ~ N(0, 1/sigma^2)); "
+        "median = median pairwise distance of the features.",
+    )
+
+    @field_validator("bandwidth", mode="before")
+    @classmethod
+    def _number_or_median(cls, value: Any) -> Any:
+        if value == "median":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError("should be a number > 0 or 'median'")
+        return value
+
+
+class DecorrelationSpec(Section):
+    """Decorrelation sample weights (StableNet); used by method decoremoval only."""
+
+    enabled: bool = Field(default=True, description="Learn decorrelation weights.")
+    features: int | None = Field(
+        default=64,
+        ge=1,
+        description="Feature columns whose pairwise dependence is penalised "
+        "(a fixed random subset; null = all).",
+    )
+    functions: int = Field(default=1, ge=1, description="Random Fourier functions per column.")
+    steps: int = Field(
+        default=100, ge=0, description="Optimisation steps of the weights at training."
+    )
+    warm_steps: int = Field(
+        default=20, ge=0, description="Steps after a deletion, warm-started from the old weights."
+    )
+    lr: float = Field(default=0.05, gt=0, description="Learning rate of the weight optimiser.")
+    penalty: float = Field(
+        default=0.1, ge=0, description="Weight of the sum-of-squares penalty on w."
+    )
+
+
+class HeadSpec(Section):
+    """Certified linear head: L2-regularised logistic regression with loss perturbation."""
+
+    lam: float = Field(default=1e-3, gt=0, description="L2 regularisation lambda (times n).")
+    sigma: float = Field(default=10.0, gt=0, description="Std of the perturbation vector b.")
+    epsilon: float = Field(default=1.0, gt=0, description="Certificate epsilon.")
+    delta: float = Field(default=1e-4, gt=0, lt=1, description="Certificate delta.")
+    bound: Literal["exact", "data", "worst"] = Field(
+        default="exact",
+        description="Residual charged to the budget: exact gradient norm (default; one "
+        "gradient round, the tightest valid number), data-dependent bound or worst-case bound.",
+    )
+    tol: float = Field(default=1e-8, gt=0, description="Gradient-norm tolerance of head training.")
+    refresh_every: int = Field(
+        default=0,
+        ge=0,
+        description="Retrain the head every N deletion batches (0 = only on budget).",
+    )

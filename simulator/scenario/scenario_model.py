@@ -1,0 +1,205 @@
+"""The top-level :class:`Scenario`: one YAML file = one experiment.
+
+Sections are defined in ``data_spec``, ``learning_spec``, ``stream_spec`` and
+``conditions_spec``; this module adds the checks that span sections (a target
+client must exist, a tokens representation needs a sequence backbone, ...).
+Checks that need the loaded data (number of classes) run in
+:meth:`Scenario.check_against`, which the runner calls after loading.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from simulator.scenario._base import Checks, Section
+from simulator.scenario.conditions_spec import EvaluationSpec, OODSpec, ShiftSpec
+from simulator.scenario.data_spec import IMAGE_SOURCES, DataSpec, PartitionSpec
+from simulator.scenario.learning_spec import DecorrelationSpec, HeadSpec, ModelSpec, RFFSpec
+from simulator.scenario.problems import Problem, ScenarioError
+from simulator.scenario.stream_spec import StreamSpec
+
+#: Unlearning methods a scenario may name. Only ``decoremoval`` uses the
+#: ``decorrelation`` section; ``cr`` and ``retrain`` ignore it (uniform weights).
+KNOWN_METHODS: tuple[str, ...] = ("decoremoval", "cr", "retrain")
+
+
+class Scenario(Section):
+    """A complete, validated experiment description (see ``docs/scenarios.md``)."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Identifier (letters, digits, _ . -); names runs and request ids.",
+    )
+    description: str = Field(default="", description="Free text.")
+    seed: int = Field(default=0, ge=0, description="Root seed of every random choice.")
+    output_dir: str = Field(
+        default="runs/{name}", validate_default=True, description="Run folder; {name} expands."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Torch device.")
+    data: DataSpec = Field(description="Dataset.")
+    partition: PartitionSpec = Field(default=PartitionSpec(), description="Client split.")
+    model: ModelSpec = Field(default=ModelSpec(), description="Extractor.")
+    rff: RFFSpec = Field(default=RFFSpec(), description="Random Fourier features.")
+    decorrelation: DecorrelationSpec = Field(
+        default=DecorrelationSpec(), description="Decorrelation weights."
+    )
+    head: HeadSpec = Field(default=HeadSpec(), description="Certified head.")
+    method: str = Field(default="decoremoval", description="Unlearning method.")
+    stream: StreamSpec = Field(description="Deletion stream.")
+    shifts: list[ShiftSpec] = Field(default=[], description="Distribution shifts.")
+    ood: OODSpec | None = Field(default=None, description="Label-swap OOD split.")
+    evaluation: EvaluationSpec = Field(default=EvaluationSpec(), description="Metric cadence.")
+    transport: Literal["inprocess", "flower-sim", "flower-deploy"] = Field(
+        default="inprocess", description="How the federation runs."
+    )
+    bootstrap: str | None = Field(
+        default=None, description="Kafka bootstrap servers (source kafka)."
+    )
+
+    @field_validator("output_dir")
+    @classmethod
+    def _expand_name(cls, value: str, info: ValidationInfo) -> str:
+        name = info.data.get("name")
+        return value.replace("{name}", name) if isinstance(name, str) else value
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        if value not in KNOWN_METHODS:
+            raise ValueError(f"should be one of {', '.join(KNOWN_METHODS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        checks = Checks()
+        self._check_learner(checks)
+        self._check_stream(checks)
+        self._check_shifts(checks)
+        self._check_classes(checks, self.data.static_num_classes)
+        checks.raise_if_any()
+        return self
+
+    def _check_learner(self, checks: Checks) -> None:
+        backbone = self.model.backbone
+        if backbone in ("lstm", "transformer") and not self.data.uses_tokens:
+            checks.add(
+                ("model", "backbone"),
+                f"'{backbone}' needs data.text.representation 'tokens' (a text source)",
+                got=backbone,
+            )
+        if self.data.uses_tokens and backbone not in ("lstm", "transformer"):
+            checks.add(
+                ("data", "text", "representation"),
+                "'tokens' needs model.backbone lstm or transformer "
+                f"(backbone is '{backbone}'; use 'embedding')",
+                got="tokens",
+            )
+        if self.method == "decoremoval" and not self.decorrelation.enabled:
+            checks.add(
+                ("decorrelation", "enabled"),
+                "method 'decoremoval' needs decorrelation enabled "
+                "(use method 'cr' for certified removal without it)",
+                got=False,
+            )
+
+    def _check_stream(self, checks: Checks) -> None:
+        n = self.partition.num_clients
+        for i, phase in enumerate(self.stream.phases):
+            client = phase.target.client
+            if client is not None and client >= n:
+                checks.add(
+                    ("stream", "phases", i, "target", "client"),
+                    f"should be a client index < partition.num_clients ({n})",
+                    got=client,
+                )
+        for i, withdrawal in enumerate(self.stream.withdrawals):
+            if withdrawal.client >= n:
+                msg = f"should be a client index < partition.num_clients ({n})"
+                checks.add(("stream", "withdrawals", i, "client"), msg, got=withdrawal.client)
+        if len({w.client for w in self.stream.withdrawals}) >= n:
+            checks.add(("stream", "withdrawals"), f"would withdraw all {n} clients")
+        kafka = self.stream.source == "kafka"
+        if kafka and not self.bootstrap:
+            checks.add(("bootstrap",), "stream.source 'kafka' needs bootstrap servers, got nothing")
+        if not kafka and self.bootstrap is not None:
+            checks.add(("bootstrap",), "only used with stream.source 'kafka'", got=self.bootstrap)
+
+    def _check_shifts(self, checks: Checks) -> None:
+        total = self.stream.total_ticks
+        for i, shift in enumerate(self.shifts):
+            if shift.start >= total:
+                checks.add(
+                    ("shifts", i, "start"),
+                    f"should be a tick of the stream (< {total})",
+                    got=shift.start,
+                )
+            if shift.kind == "rotation" and self.data.source not in IMAGE_SOURCES:
+                msg = f"'rotation' needs an image source ({', '.join(IMAGE_SOURCES)})"
+                checks.add(("shifts", i, "kind"), f"{msg}, source is '{self.data.source}'")
+            if shift.applies_to != "test" and self.ood is None and self.data.classes is None:
+                msg = "needs an OOD split (set ood or data.classes)"
+                checks.add(("shifts", i, "applies_to"), msg, got=shift.applies_to)
+
+    def _check_classes(self, checks: Checks, num_classes: int | None) -> None:
+        """Class ids must be in ``data.classes`` (when given) or below ``num_classes``."""
+        classes = self.data.classes
+        if classes is not None:
+            allowed, expect = set(classes), f"one of data.classes {classes}"
+        elif num_classes is not None:
+            allowed, expect = set(range(num_classes)), f"a label < {num_classes}"
+        else:
+            return
+        if classes is not None and num_classes is not None:
+            for c in classes:
+                if c >= num_classes:
+                    checks.add(("data", "classes"), f"labels should be < {num_classes}", got=c)
+        for i, phase in enumerate(self.stream.phases):
+            cid = phase.target.class_id
+            if cid is not None and cid not in allowed:
+                checks.add(
+                    ("stream", "phases", i, "target", "class_id"), f"should be {expect}", got=cid
+                )
+        if self.ood is not None:
+            for key in ("source_class", "target_class"):
+                value = getattr(self.ood, key)
+                if value not in allowed:
+                    checks.add(("ood", key), f"should be {expect}", got=value)
+        n_in = len(classes) if classes is not None else num_classes
+        for i, shift in enumerate(self.shifts):
+            if shift.prior is not None and len(shift.prior) != n_in:
+                checks.add(
+                    ("shifts", i, "prior"),
+                    f"should have one entry per class ({n_in})",
+                    got=shift.prior,
+                )
+
+    def check_against(self, num_classes: int) -> None:
+        """Check the class ids against the loaded data (called by the runner after loading).
+
+        Parameters
+        ----------
+        num_classes
+            Number of distinct labels of the loaded source (labels ``0..num_classes-1``).
+
+        Raises
+        ------
+        ScenarioError
+            Naming the path of every class id that does not exist.
+        """
+        checks = Checks()
+        self._check_classes(checks, num_classes)
+        if checks.problems:
+            problems = [Problem(".".join(map(str, loc)), msg) for loc, msg in checks.problems]
+            raise ScenarioError(problems)
+
+    @property
+    def uses_decorrelation(self) -> bool:
+        """Whether the method learns decorrelation weights (decoremoval with it enabled)."""
+        return self.method == "decoremoval" and self.decorrelation.enabled
+
+    @property
+    def num_ticks(self) -> int:
+        """Length of the deletion stream in ticks."""
+        return self.stream.total_ticks

@@ -1,0 +1,102 @@
+"""Deletion stream events: requests in, receipts out (JSON on the wire, versioned).
+
+The same models serve the in-process scenario stream and the Kafka topics: a
+request names either sample ids or a whole client (client-level removal); a
+receipt says what became of it. ``schema_version`` lets consumers reject
+messages of a version they do not understand.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulator.errors import InputError
+
+#: Time of tick 0 of every generated stream.
+STREAM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _Event(BaseModel):
+    """Strict, frozen, versioned base of the wire events."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    schema_version: Literal[1] = Field(default=1, description="Version of the event schema.")
+
+    def to_json(self) -> bytes:
+        """UTF-8 JSON encoding of the event."""
+        return self.model_dump_json().encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Self:
+        """Decode and validate one event.
+
+        Raises
+        ------
+        InputError
+            When ``data`` is not JSON, not of this schema, or violates a rule;
+            the message lists the offending fields (for a dead-letter reason).
+        """
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            parts = [
+                f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"
+                for err in exc.errors(include_url=False)[:5]
+            ]
+            raise InputError(f"malformed {cls.__name__}: " + "; ".join(parts)) from exc
+
+
+class DeletionRequest(_Event):
+    """Delete some samples, or a whole client, from the model.
+
+    Exactly one of ``sample_ids`` (non-empty, no duplicates) and ``client_id``
+    is given.
+    """
+
+    request_id: str = Field(min_length=1, description="Unique id; the ledger key.")
+    subject: str = Field(min_length=1, description="Who asked (data subject or client).")
+    sample_ids: list[int] | None = Field(default=None, description="Global sample ids to delete.")
+    client_id: int | None = Field(default=None, ge=0, description="Client whose whole shard goes.")
+    requested_at: AwareDatetime = Field(description="When the request was made.")
+    tick: int = Field(default=0, ge=0, description="Scenario tick (0 for outside requests).")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> DeletionRequest:
+        if (self.sample_ids is None) == (self.client_id is None):
+            raise ValueError("give exactly one of sample_ids and client_id")
+        ids = self.sample_ids
+        if ids is not None:
+            if not ids:
+                raise ValueError("sample_ids should not be empty")
+            if min(ids) < 0:
+                raise ValueError("sample_ids should be >= 0")
+            if len(set(ids)) != len(ids):
+                raise ValueError("sample_ids should not repeat an id")
+        return self
+
+    @property
+    def is_client_removal(self) -> bool:
+        """Whether the request withdraws a whole client."""
+        return self.client_id is not None
+
+
+class DeletionReceipt(_Event):
+    """What happened to a request: applied, a duplicate of an applied one, or rejected."""
+
+    request_id: str = Field(min_length=1, description="Id of the request answered.")
+    status: Literal["applied", "duplicate", "rejected"] = Field(description="Outcome.")
+    reason: str | None = Field(default=None, description="Why it was rejected (required then).")
+    model_version: int = Field(ge=0, description="Head version after the request.")
+    residual: float | None = Field(default=None, ge=0, description="Gradient residual charged.")
+    epsilon_spent: float | None = Field(default=None, ge=0, description="Budget spent so far.")
+    applied_at: AwareDatetime = Field(description="When the outcome was decided.")
+
+    @model_validator(mode="after")
+    def _reason_when_rejected(self) -> DeletionReceipt:
+        if self.status == "rejected" and not self.reason:
+            raise ValueError("a rejected receipt needs a reason")
+        return self

@@ -1,0 +1,174 @@
+"""Deterministic deletion streams generated from a scenario's ``stream`` section.
+
+Ticks run phase after phase. In every tick of a phase:
+
+1. each withdrawal scheduled for the tick emits one request with ``client_id``;
+   from then on that client's samples count as gone;
+2. ``Poisson(rate)`` requests arrive, plus ``burst.size`` more when
+   ``tick_in_phase % burst.every == 0``;
+3. each request names ``samples_per_request`` sample ids drawn without
+   replacement from the still-retained samples that match the phase target
+   (random: every remaining client; class: ``labels == class_id``; client: that
+   client's shard).
+
+A sample id is named at most once across the stream, and never after its
+client withdrew. When the target pool holds fewer samples than the tick asks
+for, the tick emits only as many *full* requests as the pool allows (a request
+never names fewer than ``samples_per_request`` ids); the rest of the pool stays.
+Everything is drawn from ``rng``: the same seed gives the same stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import InputError
+from simulator.scenario.stream_spec import StreamSpec, Target
+from simulator.stream.events import STREAM_EPOCH, DeletionRequest
+
+
+class _RetainedPool:
+    """Which sample ids are still retained, and by which client."""
+
+    def __init__(self, client_indices: Sequence[NDArray[np.int64]], labels: NDArray[np.int64]):
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+            raise InputError(
+                f"labels should be a 1-D integer array, got {labels.dtype}{labels.shape}"
+            )
+        self.labels = labels
+        self.owner = np.full(labels.shape[0], -1, dtype=np.int64)
+        for client, ids in enumerate(client_indices):
+            ids = np.asarray(ids)
+            if ids.size and not np.issubdtype(ids.dtype, np.integer):
+                raise InputError(f"client {client} ids should be integers, got {ids.dtype}")
+            if ids.size and (ids.min() < 0 or ids.max() >= labels.shape[0]):
+                raise InputError(f"client {client} holds ids outside 0..{labels.shape[0] - 1}")
+            if np.any(self.owner[ids] >= 0) or np.unique(ids).size != ids.size:
+                raise InputError(f"client {client} shares sample ids with another client")
+            self.owner[ids] = client
+        self.num_clients = len(client_indices)
+        self.alive = self.owner >= 0
+
+    def candidates(self, target: Target) -> NDArray[np.int64]:
+        """Retained ids matching ``target``, in increasing order."""
+        mask = self.alive
+        if target.kind == "class":
+            mask = mask & (self.labels == target.class_id)
+        elif target.kind == "client":
+            mask = mask & (self.owner == target.client)
+        return np.flatnonzero(mask).astype(np.int64)
+
+    def remove(self, ids: NDArray[np.int64]) -> None:
+        self.alive[ids] = False
+
+    def withdraw(self, client: int) -> None:
+        self.alive[self.owner == client] = False
+
+
+def _check_clients(stream: StreamSpec, num_clients: int) -> None:
+    for i, phase in enumerate(stream.phases):
+        if phase.target.client is not None and phase.target.client >= num_clients:
+            raise InputError(f"phase {i} targets client {phase.target.client} of {num_clients}")
+    for withdrawal in stream.withdrawals:
+        if withdrawal.client >= num_clients:
+            raise InputError(f"withdrawal of client {withdrawal.client} of {num_clients}")
+
+
+def generate_stream(
+    stream: StreamSpec,
+    *,
+    client_indices: Sequence[NDArray[np.int64]],
+    labels: NDArray[np.int64],
+    scenario_name: str,
+    rng: np.random.Generator,
+) -> list[DeletionRequest]:
+    """Generate the deletion requests of a scenario stream (see the module docstring).
+
+    Parameters
+    ----------
+    stream
+        The scenario's ``stream`` section.
+    client_indices
+        Global sample ids of each client's shard (disjoint).
+    labels
+        Label of every global sample id, in the label space ``target.class_id`` uses.
+    scenario_name
+        Prefix of the request ids ``f"{scenario_name}-{seq:07d}"``.
+    rng
+        Source of all randomness.
+
+    Returns
+    -------
+    list of DeletionRequest
+        In tick order; ``requested_at = 2026-01-01T00:00:00Z + tick * tick_seconds``.
+
+    Raises
+    ------
+    InputError
+        When the shards overlap, hold ids outside ``labels`` or the stream names
+        a client that does not exist.
+    """
+    pool = _RetainedPool(client_indices, labels)
+    _check_clients(stream, pool.num_clients)
+    withdrawals: dict[int, list[int]] = {}
+    for withdrawal in stream.withdrawals:
+        withdrawals.setdefault(withdrawal.at, []).append(withdrawal.client)
+    requests: list[DeletionRequest] = []
+
+    def emit(tick: int, sample_ids: list[int] | None, client: int | None) -> None:
+        seq = len(requests)
+        requests.append(
+            DeletionRequest(
+                request_id=f"{scenario_name}-{seq:07d}",
+                subject=f"subject-{seq}" if client is None else f"client-{client}",
+                sample_ids=sample_ids,
+                client_id=client,
+                requested_at=STREAM_EPOCH + timedelta(seconds=tick * stream.tick_seconds),
+                tick=tick,
+            )
+        )
+
+    tick = 0
+    for phase in stream.phases:
+        size = phase.samples_per_request
+        for tick_in_phase in range(phase.ticks):
+            for client in withdrawals.get(tick, []):
+                pool.withdraw(client)
+                emit(tick, None, client)
+            count = int(rng.poisson(phase.rate))
+            if phase.burst is not None and tick_in_phase % phase.burst.every == 0:
+                count += phase.burst.size
+            candidates = pool.candidates(phase.target) if count else np.empty(0, np.int64)
+            count = min(count, candidates.size // size)
+            if count:
+                chosen = rng.choice(candidates, size=count * size, replace=False)
+                pool.remove(chosen)
+                for ids in chosen.reshape(count, size):
+                    emit(tick, sorted(ids.tolist()), None)
+            tick += 1
+    return requests
+
+
+def batches(
+    requests: Sequence[DeletionRequest], max_batch_requests: int
+) -> list[list[DeletionRequest]]:
+    """Group requests by tick (consecutive runs) and cut each group into chunks.
+
+    Every batch holds requests of a single tick, at most ``max_batch_requests``
+    of them, in the original order.
+    """
+    if max_batch_requests < 1:
+        raise InputError(f"max_batch_requests should be >= 1, got {max_batch_requests}")
+    result: list[list[DeletionRequest]] = []
+    for request in requests:
+        last = result[-1] if result else None
+        if last is not None and last[-1].tick == request.tick and len(last) < max_batch_requests:
+            last.append(request)
+        else:
+            result.append([request])
+    return result

@@ -1,0 +1,98 @@
+"""Gradient and Hessian of the perturbed one-vs-rest objective against torch autograd."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import planted_problem
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import InputError
+from simulator.head.logistic import (
+    ShardStatistics,
+    objective_gradient,
+    objective_hessian,
+    objective_value,
+    shard_statistics,
+    signed_labels,
+)
+
+
+def torch_objective(X, Y, a, W, b, lam):
+    s = Y * (X @ W)
+    loss = (a[:, None] * torch.nn.functional.softplus(-s)).sum(0)
+    return loss + 0.5 * lam * X.shape[0] * (W * W).sum(0) + (b * W).sum(0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 8),
+    k=st.integers(2, 4),
+    seed=st.integers(0, 10_000),
+)
+def test_gradient_and_hessian_match_autograd(n: int, d: int, k: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    X, y = planted_problem(n, d, k, seed=seed)
+    Y = signed_labels(y, k)
+    a = rng.uniform(0.2, 3.0, size=n)
+    W = rng.normal(size=(d, k)) * 2
+    b = rng.normal(size=(d, k))
+    lam = 0.01
+    stats = shard_statistics(X, Y, a, W, hessian=True)
+
+    tX, tY, ta, tb = (torch.tensor(v) for v in (X, Y, a, b))
+    tW = torch.tensor(W, requires_grad=True)
+    f = torch_objective(tX, tY, ta, tW, tb, lam)
+    (grad,) = torch.autograd.grad(f.sum(), tW)
+    np.testing.assert_allclose(
+        objective_value(stats, W, b, lam=lam), f.detach().numpy(), rtol=1e-10
+    )
+    np.testing.assert_allclose(objective_gradient(stats, W, b, lam=lam), grad.numpy(), atol=1e-10)
+    H = objective_hessian(stats, lam=lam)
+    for c in range(k):
+
+        def fc(w, c=c):
+            Wc = tW.detach().clone()
+            Wc[:, c] = w
+            return torch_objective(tX, tY, ta, Wc, tb, lam)[c]
+
+        Hc = torch.autograd.functional.hessian(fc, torch.tensor(W[:, c]))
+        np.testing.assert_allclose(H[c], Hc.numpy(), atol=1e-9)
+
+
+def test_shard_sums_equal_full_data() -> None:
+    X, y = planted_problem(120, 6, 3, seed=3)
+    Y = signed_labels(y, 3)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.5, 2.0, size=120)
+    W = rng.normal(size=(6, 3))
+    full = shard_statistics(X, Y, a, W, hessian=True, gram=True)
+    parts = np.array_split(rng.permutation(120), 4)
+    total = ShardStatistics.zeros(6, 3, hessian=True, gram=True)
+    for p in parts:
+        total = total + shard_statistics(X[p], Y[p], a[p], W, hessian=True, gram=True)
+    assert total.count == full.count
+    for name in ("loss", "gradient", "hessian", "gram"):
+        np.testing.assert_allclose(
+            getattr(total, name), getattr(full, name), rtol=1e-12, atol=1e-12
+        )
+
+
+def test_negative_weight_changes_give_signed_hessians() -> None:
+    X, y = planted_problem(30, 4, 2, seed=1)
+    Y = signed_labels(y, 2)
+    W = np.ones((4, 2))
+    a = np.linspace(-1.0, 1.0, 30)
+    H = shard_statistics(X, Y, a, W, hessian=True).hessian
+    p = 1 / (1 + np.exp(-Y[:, 0] * (X @ W[:, 0])))
+    ref = (X * (a * p * (1 - p))[:, None]).T @ X
+    np.testing.assert_allclose(H[0], ref, atol=1e-12)
+
+
+def test_bad_shapes_and_labels() -> None:
+    with pytest.raises(InputError):
+        signed_labels(np.array([0, 3]), 3)
+    X, y = planted_problem(10, 3, 2, seed=0)
+    with pytest.raises(InputError):
+        shard_statistics(X, signed_labels(y, 2), np.ones(9), np.zeros((3, 2)))
