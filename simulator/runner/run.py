@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,13 @@ def run_scenario(
     console: Console | None = None,
     progress: bool = True,
     plots: bool = True,
+    on_event: Sequence[Callable[[dict[str, Any], Federation], None]] = (),
 ) -> RunResult:
-    """Train the federation, consume the stream, write outputs; see :mod:`.outputs`."""
+    """Train the federation, consume the stream, write outputs; see :mod:`.outputs`.
+
+    Every event record (start, each deletion batch, end) is also passed to each ``on_event``
+    callback with the federation, e.g. a metrics exporter.
+    """
     console = console or Console()
     folder = Path(output_dir or scenario.output_dir)
     wall = time.perf_counter()
@@ -45,6 +51,8 @@ def run_scenario(
             fed = build_federation(scenario)
         start = _start_event(fed)
         writer.event(start)
+        for cb in on_event:
+            cb(start, fed)
         state = StreamState()
         batches = list(iterate_batches(fed))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -56,6 +64,8 @@ def run_scenario(
                 event = apply_batch(fed, state, i, batch)
                 writer.event(event)
                 writer.receipts(state.receipts[n_before:])
+                for cb in on_event:
+                    cb(event, fed)
                 acc = event.get("metrics", {}).get("accuracy_test")
                 bar.update(task, advance=1, info=(
                     f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}"
@@ -63,6 +73,8 @@ def run_scenario(
                 ))
         end = _end_event(fed, state, batches, wall)
         writer.event(end)
+        for cb in on_event:
+            cb(end, fed)
         rows = summary_rows(start, state.events, end)
         writer.json("metrics.json", end)
         writer.text("summary.md", f"# {scenario.name}\n\n" + markdown_table(rows))

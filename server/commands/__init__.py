@@ -1,0 +1,1 @@
+"""Subcommands of the ``unlearnsim`` CLI, one module each (see ``server/cli.py``)."""
