@@ -8,8 +8,10 @@ sigma = 10, lam = 1e-3, data-dependent bound. Measured in one run:
 * sequential single removals from the freshly trained head until the budget forces a retrain
   (or a cap), giving removals/s on the incremental path and removals before retrain;
 * the same single removals on the naive path that rebuilds the Hessian over all retained rows;
-* one certified batch removal of 1,000 rows, then exact retraining from scratch on the retained
-  rows with the same perturbation: time ratio, accuracy gap, relative parameter distance.
+* one certified batch removal of 1,000 rows charging the exact residual (the data-dependent
+  bound of a 1,000-row batch is ~30, far above the budget 2.28, so charging it would force a
+  retrain), then exact retraining from scratch on the retained rows with the same
+  perturbation: time ratio, accuracy gap, relative parameter distance.
 
 Prints a table and writes ``bench/results/removal.json``.
 
@@ -109,7 +111,9 @@ def main() -> None:
     head.config = cfg
 
     # 3. a certified batch removal vs exact retraining on the retained rows, same b
-    batch_ids = [int(i) for i in order[args.seq_cap + args.naive : args.seq_cap + args.naive + args.batch]]
+    start = args.seq_cap + args.naive
+    batch_ids = [int(i) for i in order[start : start + args.batch]]
+    head.config = dataclasses.replace(cfg, bound="exact", report_exact=True)
     r = head.remove(batch_ids)
     batch_s = r.timings["total"]
     exact = float(head.gradient_norms().sum())
@@ -151,7 +155,7 @@ def main() -> None:
     table.add_column("value", justify="right")
     table.add_column("target", justify="right")
     rows = [
-        ("batch removal (s)", f"{batch_s:.3f}", "<= 1.5"),
+        ("batch removal (s)", f"{batch_s:.3f}{' (retrained!)' if r.retrained else ''}", "<= 1.5"),
         ("exact retraining (s)", f"{retrain_s:.1f}", ""),
         ("speedup", f"{retrain_s / batch_s:.0f}x", ">= 50x"),
         ("accuracy removed / retrained", f"{acc_removed:.4f} / {acc_retrain:.4f}", ""),
@@ -162,7 +166,7 @@ def main() -> None:
         ("sequential removals/s (incremental)", f"{seq_rate:.1f}", ">= 20"),
         ("sequential removals/s (naive rebuild)", f"{naive_rate:.3f}", ""),
         ("incremental / naive", f"{seq_rate / naive_rate:.0f}x", ">= 20x"),
-        ("single removals before retrain", f"{before_retrain}{'+' if not hit else ''}", ""),
+        ("single removals before retrain (data bound)", f"{before_retrain}{'+' if not hit else ''}", ""),
     ]
     for row in rows:
         table.add_row(*row)

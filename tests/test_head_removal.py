@@ -261,3 +261,13 @@ def test_bad_rows_rejected() -> None:
         LocalHeadData(Xn, y, 2)
     with pytest.raises(InputError):
         LocalHeadData(X, y[:5], 2)
+
+
+def test_removing_every_row_resets_the_head_to_zero() -> None:
+    X, y, head = make_head(n=40, d=3, k=2, seed=0, lam=0.1)
+    head.remove(list(range(30)))
+    r = head.remove(list(range(30, 40)))
+    assert r.retrained and r.retrain_reason == "empty" and r.retained == 0
+    assert np.all(head.W == 0.0) and head.data.retained_count == 0
+    with pytest.raises(UnknownSampleError):
+        head.remove([0])

@@ -166,6 +166,8 @@ class CertifiedHead:
         """Train from scratch with a fresh ``b``; returns seconds."""
         d, k = self.data.dim, self.data.num_classes
         self._b = self._rng.normal(0.0, self.config.sigma, size=(d, k))
+        if self.data.retained_count == 0:
+            return self._empty(reason)
         res = train_head(self.data, self._b, lam=self.config.lam, tol=self.config.tol)
         self._W = res.W
         self._W_ref = res.W.copy()
@@ -179,6 +181,22 @@ class CertifiedHead:
         self.last_fit_reason = reason
         self.last_fit_iterations = res.iterations
         return res.seconds
+
+    def _empty(self, reason: str) -> float:
+        """No rows left: the objective is the unbounded ``b . w``; the head is reset to 0."""
+        d, k = self.data.dim, self.data.num_classes
+        self._W = np.zeros((d, k))
+        self._W_ref = self._W.copy()
+        self._solver = HessianSolver(np.broadcast_to(np.eye(d), (k, d, d)).copy())
+        self._gram = np.zeros((d, d))
+        self._spectral = 0.0
+        self._cumulative = 0.0
+        self._carried = np.zeros((d, k))
+        self._since_refresh = 0
+        self.model_version += 1
+        self.last_fit_reason = f"{reason} (no rows left: head reset to zero)"
+        self.last_fit_iterations = 0
+        return 0.0
 
     def _gradient_exact(self) -> FloatArray:
         stats = self.data.statistics(self._W, hessian=False)
@@ -244,6 +262,17 @@ class CertifiedHead:
         timings["statistics"] = time.perf_counter() - t
         m = len(ids)
         n_new = self.data.retained_count
+        if n_new == 0:
+            self.removals += 1
+            self.retrains += 1
+            self._fit("empty")
+            return RemovalReport(
+                sample_ids=tuple(ids), residual_worst=0.0, residual_data=0.0, residual_exact=0.0,
+                charged=0.0, cumulative=0.0, budget=self.budget, budget_used_ratio=0.0,
+                epsilon_spent=0.0, retrained=True, retrain_reason="empty",
+                model_version=self.model_version, retained=0, solver_iterations=0,
+                timings={"total": time.perf_counter() - t0},
+            )
 
         t = time.perf_counter()
         g = -delta.removed_gradient - cfg.lam * m * self._W

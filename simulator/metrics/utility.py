@@ -1,4 +1,5 @@
-"""Utility metrics: accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1)."""
+"""Utility metrics: accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1), and the
+distance of a head to the retrained one (``metrics.md``, "Utility")."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def weighted_f1(y_true: IntArray, y_pred: IntArray) -> float:
         denom = 2 * tp + fp + fn
         total += s * (2 * tp / denom if denom else 0.0)
     return total / float(support.sum())
+
+
+def prediction_agreement(a: IntArray, b: IntArray) -> float:
+    """Share of samples on which two models predict the same class; NaN for an empty set."""
+    _check(a, b)
+    return float(np.mean(a == b)) if a.size else float("nan")
+
+
+def relative_distance(W: NDArray[np.float64], W_ref: NDArray[np.float64]) -> float:
+    """``||W - W_ref||_F / ||W_ref||_F``: distance of a head to the retrained one."""
+    if W.shape != W_ref.shape:
+        raise InputError(f"heads differ in shape: {W.shape} vs {W_ref.shape}")
+    return float(np.linalg.norm(W - W_ref) / max(float(np.linalg.norm(W_ref)), 1e-300))

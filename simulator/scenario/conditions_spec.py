@@ -85,6 +85,26 @@ class EvaluationSpec(Section):
     retrain_reference: bool = Field(
         default=True, description="Compute the retrain reference at all."
     )
+    attacks: list[Literal["loss", "confidence", "entropy", "modified_entropy", "lira"]] = Field(
+        default=["loss", "confidence", "entropy", "modified_entropy", "lira"],
+        description="Membership-inference attacks run on the forget set ([] for none).",
+    )
+    lira_references: int = Field(
+        default=8, ge=2, le=256, description="Reference heads of offline LiRA (if 'lira')."
+    )
+    max_samples: int = Field(
+        default=2000, ge=10, description="Most forget/holdout/retain samples one attack uses."
+    )
+    mmd_samples: int = Field(
+        default=300, ge=4, le=5000, description="Rows per side of each MMD two-sample test."
+    )
+    mmd_permutations: int = Field(
+        default=200, ge=1, le=10000, description="Permutations of the MMD p-value."
+    )
+    detectors: list[Literal["adwin", "page_hinkley"]] = Field(
+        default=["adwin", "page_hinkley"],
+        description="Online change detectors over per-batch metrics ([] for none).",
+    )
 
     @field_validator("checkpoints")
     @classmethod
@@ -94,3 +114,10 @@ class EvaluationSpec(Section):
         ):
             raise ValueError("should be positive and strictly increasing")
         return checkpoints
+
+    @field_validator("attacks", "detectors")
+    @classmethod
+    def _unique(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("should not repeat a name")
+        return names

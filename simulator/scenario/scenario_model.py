@@ -138,8 +138,13 @@ class Scenario(Section):
             if shift.kind == "rotation" and self.data.source not in IMAGE_SOURCES:
                 msg = f"'rotation' needs an image source ({', '.join(IMAGE_SOURCES)})"
                 checks.add(("shifts", i, "kind"), f"{msg}, source is '{self.data.source}'")
-            if shift.applies_to != "test" and self.ood is None and self.data.classes is None:
-                msg = "needs an OOD split (set ood or data.classes)"
+            has_ood = (
+                self.ood is not None
+                or self.data.classes is not None
+                or self.data.source == "synthetic"  # ships its own shifted test set
+            )
+            if shift.applies_to != "test" and not has_ood:
+                msg = "needs an OOD split (set ood or data.classes, or use source synthetic)"
                 checks.add(("shifts", i, "applies_to"), msg, got=shift.applies_to)
 
     def _check_classes(self, checks: Checks, num_classes: int | None) -> None:
@@ -175,13 +180,15 @@ class Scenario(Section):
                     got=shift.prior,
                 )
 
-    def check_against(self, num_classes: int) -> None:
+    def check_against(self, num_classes: int | None) -> None:
         """Check the class ids against the loaded data (called by the runner after loading).
 
         Parameters
         ----------
         num_classes
-            Number of distinct labels of the loaded source (labels ``0..num_classes-1``).
+            Number of distinct labels of the loaded source (labels ``0..num_classes-1``), or
+            None when ``data.classes`` selected a subset (its ids are the source's labels,
+            which the loader has already checked).
 
         Raises
         ------
