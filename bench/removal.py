@@ -74,7 +74,9 @@ def main() -> None:
     )
     Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
     k = 10
-    cfg = HeadConfig(lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4, bound="data", report_exact=False)
+    cfg = HeadConfig(
+        lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4, bound="data", report_exact=False
+    )
 
     console.print(f"[bold]workload[/]: n={args.n} d={args.d} K={k} batch={args.batch} ({source})")
     data = LocalHeadData(Xtr, ytr, k)
@@ -126,7 +128,11 @@ def main() -> None:
     rel = float(np.linalg.norm(head.W - ref.W) / np.linalg.norm(ref.W))
 
     result = {
-        "n": args.n, "d": args.d, "k": k, "batch": args.batch, "source": source,
+        "n": args.n,
+        "d": args.d,
+        "k": k,
+        "batch": args.batch,
+        "source": source,
         "train_seconds": train_s,
         "batch_removal_seconds": batch_s,
         "batch_removal_timings": r.timings,
@@ -166,7 +172,11 @@ def main() -> None:
         ("sequential removals/s (incremental)", f"{seq_rate:.1f}", ">= 20"),
         ("sequential removals/s (naive rebuild)", f"{naive_rate:.3f}", ""),
         ("incremental / naive", f"{seq_rate / naive_rate:.0f}x", ">= 20x"),
-        ("single removals before retrain (data bound)", f"{before_retrain}{'+' if not hit else ''}", ""),
+        (
+            "single removals before retrain (data bound)",
+            f"{before_retrain}{'+' if not hit else ''}",
+            "",
+        ),
     ]
     for row in rows:
         table.add_row(*row)

@@ -230,6 +230,9 @@ def test_same_seed_same_result() -> None:
         ([1, 1], InputError),
         ([10_000], UnknownSampleError),
         ([-1], UnknownSampleError),
+        ([1.5], InputError),
+        ([float("nan")], InputError),
+        ([[1, 2]], InputError),
     ],
 )
 def test_bad_ids_leave_head_unchanged(ids, error) -> None:

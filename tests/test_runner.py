@@ -52,8 +52,16 @@ def strip_timings(line: str) -> dict:
 
 def test_quickstart_outputs_and_receipts(tmp_path: Path) -> None:
     result = run_small(tmp_path)
-    for name in ("resolved_scenario.yaml", "events.jsonl", "receipts.jsonl", "metrics.json",
-                 "summary.md", "accuracy.png", "budget.png", "residuals.png"):
+    for name in (
+        "resolved_scenario.yaml",
+        "events.jsonl",
+        "receipts.jsonl",
+        "metrics.json",
+        "summary.md",
+        "accuracy.png",
+        "budget.png",
+        "residuals.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0, name
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert events[0]["event"] == "start" and events[-1]["event"] == "end"
@@ -106,23 +114,50 @@ def test_other_methods_run(tmp_path: Path, method: str) -> None:
     assert result.final["method"] == method
     if method == "retrain":
         assert result.final["retrains_method"] == len(
-            [x for x in (tmp_path / "events.jsonl").read_text().splitlines() if "deletion_batch" in x]
+            [
+                x
+                for x in (tmp_path / "events.jsonl").read_text().splitlines()
+                if "deletion_batch" in x
+            ]
         )
 
 
 #: Per shipped scenario: overrides that keep every stage but shrink sizes and the stream.
 SHORT = {
-    "mnist_3v8_ood.yaml": ["model.rounds=1", "rff.dim=128", "decorrelation.steps=10",
-                           "stream.phases.0.ticks=2", "stream.phases.1.ticks=2",
-                           "evaluation.checkpoints=[10]"],
-    "drift_stress.yaml": ["data.synthetic.n_train=2000", "data.synthetic.n_test=300",
-                          "model.rounds=1", "rff.dim=64", "decorrelation.steps=10"],
+    "mnist_3v8_ood.yaml": [
+        "model.rounds=1",
+        "rff.dim=128",
+        "decorrelation.steps=10",
+        "stream.phases.0.ticks=2",
+        "stream.phases.1.ticks=2",
+        "evaluation.checkpoints=[10]",
+    ],
+    "drift_stress.yaml": [
+        "data.synthetic.n_train=2000",
+        "data.synthetic.n_test=300",
+        "model.rounds=1",
+        "rff.dim=64",
+        "decorrelation.steps=10",
+    ],
     "client_withdrawal.yaml": ["model.rounds=1", "rff.dim=64", "decorrelation.steps=10"],
-    "survey_ordinal.yaml": ["data.max_train=1200", "data.max_test=400", "model.rounds=1",
-                            "rff.dim=64", "decorrelation.steps=10"],
-    "sentiment.yaml": ["data.max_train=600", "data.max_test=200", "data.text.representation=tokens",
-                       "data.text.vocab_size=500", "model.backbone=lstm", "model.rounds=1",
-                       "rff.dim=64", "decorrelation.steps=10", "stream.phases.0.ticks=5"],
+    "survey_ordinal.yaml": [
+        "data.max_train=1200",
+        "data.max_test=400",
+        "model.rounds=1",
+        "rff.dim=64",
+        "decorrelation.steps=10",
+    ],
+    "sentiment.yaml": [
+        "data.max_train=600",
+        "data.max_test=200",
+        "data.text.representation=tokens",
+        "data.text.vocab_size=500",
+        "model.backbone=lstm",
+        "model.rounds=1",
+        "rff.dim=64",
+        "decorrelation.steps=10",
+        "stream.phases.0.ticks=5",
+    ],
 }
 
 
@@ -132,12 +167,16 @@ def test_every_shipped_scenario_runs(tmp_path: Path, name: str) -> None:
 
     scenario = load_scenario(SCENARIOS / name, overrides=SHORT[name])
     try:
-        result = run_scenario(scenario, output_dir=tmp_path, console=quiet(), progress=False,
-                              plots=False)
+        result = run_scenario(
+            scenario, output_dir=tmp_path, console=quiet(), progress=False, plots=False
+        )
     except DataUnavailableError as exc:
         pytest.skip(f"optional data source not installed: {exc}")
     assert result.final["removed_total"] > 0
-    assert result.final["requests_applied"] + result.final["requests_rejected"] == result.final["requests"]
+    assert (
+        result.final["requests_applied"] + result.final["requests_rejected"]
+        == result.final["requests"]
+    )
 
 
 def test_every_shipped_scenario_has_a_test() -> None:
@@ -148,11 +187,19 @@ def test_every_shipped_scenario_has_a_test() -> None:
 def test_cli_validate_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", *map(str, sorted(SCENARIOS.glob("*.yaml")))]) == 0
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nstream: {phases: [{name: a, ticks: 1, rate: -1}]}\ndata: {source: mnist}\n")
+    bad.write_text(
+        "name: x\nstream: {phases: [{name: a, ticks: 1, rate: -1}]}\ndata: {source: mnist}\n"
+    )
     assert main(["validate", str(bad)]) == 1
     assert "stream.phases.0.rate" in capsys.readouterr().out
-    args = ["run", str(SCENARIOS / "quickstart.yaml"), "--output", str(tmp_path / "out"),
-            "--no-progress", "--no-plots"]
+    args = [
+        "run",
+        str(SCENARIOS / "quickstart.yaml"),
+        "--output",
+        str(tmp_path / "out"),
+        "--no-progress",
+        "--no-plots",
+    ]
     for o in SMALL:
         args += ["--set", o]
     assert main(args) == 0

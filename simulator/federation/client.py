@@ -78,7 +78,9 @@ class FederatedClient:
         if weighting is not None and features.shape[0] >= 2:
             result = fit_weights(features, config=weighting.config, rng=self._lift_rng())
             weights = np.asarray(result.weights, dtype=np.float64)
-            self.last_weights = _report(result.weights, result.objective_final, result.objective_initial)
+            self.last_weights = _report(
+                result.weights, result.objective_final, result.objective_initial
+            )
         self.data = LocalHeadData(
             features,
             labels,
@@ -91,12 +93,18 @@ class FederatedClient:
         assert self._weighting is not None
         return np.random.default_rng(self._weighting.seed)
 
-    def _reweigh(self, retained: IntArray, features: FloatArray, old: FloatArray) -> FloatArray:
+    def _reweigh(
+        self, retained_ids: IntArray, features: FloatArray, old_weights: FloatArray
+    ) -> FloatArray:
         assert self._weighting is not None
         if features.shape[0] < 2:
-            return old
-        result = refit_weights(features, old, config=self._weighting.config, rng=self._lift_rng())
-        self.last_weights = _report(result.weights, result.objective_final, result.objective_initial)
+            return old_weights
+        result = refit_weights(
+            features, old_weights, config=self._weighting.config, rng=self._lift_rng()
+        )
+        self.last_weights = _report(
+            result.weights, result.objective_final, result.objective_initial
+        )
         return np.asarray(result.weights, dtype=np.float64)
 
     # ---------------------------------------------------------- protocol
@@ -118,13 +126,18 @@ class FederatedClient:
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
         local = [self._local.get(int(i), -1) for i in ids]
         bad = set(self.data.unknown_ids(local))
-        return [int(g) for g, l in zip(ids, local, strict=True) if l in bad]
+        return [int(g) for g, loc in zip(ids, local, strict=True) if loc in bad]
 
     def max_weight(self) -> float:
         return self.data.max_weight()
 
     def statistics(
-        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
         return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
 

@@ -34,10 +34,17 @@ class ClientChannel(Protocol):
     def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
 
     def statistics(
-        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
     ) -> ShardStatistics: ...
 
-    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics: ...
+    def delete(
+        self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray
+    ) -> DeletionStatistics: ...
 
 
 class FederatedHeadData:
@@ -93,7 +100,12 @@ class FederatedHeadData:
         return bad
 
     def statistics(
-        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
         total = ShardStatistics.zeros(self._dim, self._k, hessian=hessian, gram=gram)
         for client in self.clients.values():

@@ -225,7 +225,7 @@ class CertifiedHead:
             Some ids are unknown or already removed; nothing changes.
         """
         t0 = time.perf_counter()
-        ids = [int(i) for i in ids]
+        ids = _as_ids(ids)
         if not ids:
             raise InputError("no sample ids to remove")
         if len(set(ids)) != len(ids):
@@ -240,12 +240,21 @@ class CertifiedHead:
             seconds = self._fit("method")
             total = time.perf_counter() - t0
             return RemovalReport(
-                sample_ids=tuple(ids), residual_worst=0.0, residual_data=0.0,
-                residual_exact=self._cumulative, charged=0.0, cumulative=self._cumulative,
-                budget=self.budget, budget_used_ratio=self._cumulative / self.budget,
-                epsilon_spent=self.epsilon_spent, retrained=True, retrain_reason="method",
-                model_version=self.model_version, retained=self.data.retained_count,
-                solver_iterations=0, timings={"retrain": seconds, "total": total},
+                sample_ids=tuple(ids),
+                residual_worst=0.0,
+                residual_data=0.0,
+                residual_exact=self._cumulative,
+                charged=0.0,
+                cumulative=self._cumulative,
+                budget=self.budget,
+                budget_used_ratio=self._cumulative / self.budget,
+                epsilon_spent=self.epsilon_spent,
+                retrained=True,
+                retrain_reason="method",
+                model_version=self.model_version,
+                retained=self.data.retained_count,
+                solver_iterations=0,
+                timings={"retrain": seconds, "total": total},
             )
         with single_threaded_blas(len(ids) <= SMALL_BATCH):
             return self._remove(ids, t0)
@@ -267,10 +276,20 @@ class CertifiedHead:
             self.retrains += 1
             self._fit("empty")
             return RemovalReport(
-                sample_ids=tuple(ids), residual_worst=0.0, residual_data=0.0, residual_exact=0.0,
-                charged=0.0, cumulative=0.0, budget=self.budget, budget_used_ratio=0.0,
-                epsilon_spent=0.0, retrained=True, retrain_reason="empty",
-                model_version=self.model_version, retained=0, solver_iterations=0,
+                sample_ids=tuple(ids),
+                residual_worst=0.0,
+                residual_data=0.0,
+                residual_exact=0.0,
+                charged=0.0,
+                cumulative=0.0,
+                budget=self.budget,
+                budget_used_ratio=0.0,
+                epsilon_spent=0.0,
+                retrained=True,
+                retrain_reason="empty",
+                model_version=self.model_version,
+                retained=0,
+                solver_iterations=0,
                 timings={"total": time.perf_counter() - t0},
             )
 
@@ -389,6 +408,14 @@ class CertifiedHead:
     @property
     def budget(self) -> float:
         return self.config.budget
+
+
+def _as_ids(ids: Sequence[int]) -> list[int]:
+    """Integer sample ids; floats, NaN, bools and strings are refused (nothing changes)."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise InputError(f"sample ids must be a flat sequence of integers, got dtype {arr.dtype}")
+    return [int(i) for i in arr]
 
 
 def _spectral_upper_bound(gram: FloatArray) -> float:

@@ -16,8 +16,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import InputError, UnknownSampleError
-from simulator.head.logistic import ShardStatistics, sigmoid, shard_statistics, signed_labels
+from simulator.errors import InputError
+from simulator.head.logistic import ShardStatistics, shard_statistics, sigmoid, signed_labels
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -68,7 +68,12 @@ class HeadData(Protocol):
     def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
 
     def statistics(
-        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
     ) -> ShardStatistics: ...
 
     def delete(
@@ -147,7 +152,12 @@ class LocalHeadData:
         return [int(i) for i in arr[bad]]
 
     def statistics(
-        self, W: FloatArray, *, hessian: bool, gram: bool = False, hessian_at: FloatArray | None = None
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
         a = self.weights
         stats = shard_statistics(

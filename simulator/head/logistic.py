@@ -156,7 +156,8 @@ def objective_value(
     stats: ShardStatistics, W: FloatArray, b: FloatArray, *, lam: float
 ) -> FloatArray:
     """Per-class objective values ``L_b(w_k)`` (K,)."""
-    return stats.loss + 0.5 * lam * stats.count * np.sum(W * W, axis=0) + np.sum(b * W, axis=0)
+    value = stats.loss + 0.5 * lam * stats.count * np.sum(W * W, axis=0) + np.sum(b * W, axis=0)
+    return np.asarray(value, dtype=np.float64)
 
 
 def objective_hessian(stats: ShardStatistics, *, lam: float) -> FloatArray:

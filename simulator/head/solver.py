@@ -64,7 +64,9 @@ class HessianSolver:
         self.rtol = rtol
         self.max_refine = max_refine
         self.factorisations = 0
-        self.replace(hessians)
+        self._base: FloatArray = np.array(hessians, dtype=np.float64, copy=True)
+        self._clear_pending()
+        self._factorise()
 
     # ------------------------------------------------------------------ state
     @property
@@ -84,7 +86,7 @@ class HessianSolver:
 
     def replace(self, hessians: FloatArray) -> None:
         """Swap in freshly computed Hessians (refresh, retrain, naive rebuild)."""
-        if hasattr(self, "_base") and hessians.shape != self._base.shape:
+        if hessians.shape != self._base.shape:
             raise InputError(f"Hessian shape {hessians.shape} != {self._base.shape}")
         self._base = np.array(hessians, dtype=np.float64, copy=True)
         self._clear_pending()
@@ -120,7 +122,9 @@ class HessianSolver:
         """``H_k -= sum_j coef[j, k] rows_j rows_j^T + diagonal * I`` for every class k."""
         k, d = self.shape
         if rows.ndim != 2 or rows.shape[1] != d or coef.shape != (rows.shape[0], k):
-            raise InputError(f"rows {rows.shape} / coefficients {coef.shape} do not fit (K, d) = {(k, d)}")
+            raise InputError(
+                f"rows {rows.shape} / coefficients {coef.shape} do not fit (K, d) = {(k, d)}"
+            )
         self._mu += diagonal
         if self._factors is None or self._rows.shape[0] + rows.shape[0] > self.max_pending_rows:
             self._fold_pending()
@@ -132,9 +136,7 @@ class HessianSolver:
         self._coef = np.vstack([self._coef, coef])
         for c in range(k):
             new = self._cholesky_solve(c, rows.T)
-            self._uz[c] = np.block(
-                [[self._uz[c], old_rows @ new], [rows @ self._z[c], rows @ new]]
-            )
+            self._uz[c] = np.block([[self._uz[c], old_rows @ new], [rows @ self._z[c], rows @ new]])
             self._z[c] = np.hstack([self._z[c], new])
 
     def downdate_dense(self, delta: FloatArray, *, diagonal: float = 0.0) -> None:
@@ -192,7 +194,9 @@ class HessianSolver:
                 refinements += n_ref
                 if not ok:
                     raise NumericalError(f"solve for class {c} did not converge")
-        return SolveResult(step=u, residual_norms=res, refinements=refinements, refactored=refactored)
+        return SolveResult(
+            step=u, residual_norms=res, refinements=refinements, refactored=refactored
+        )
 
     def _solve_one(self, c: int, b: FloatArray) -> tuple[FloatArray, float, int, bool]:
         """Conjugate gradients on the exact matrix, preconditioned by the Woodbury solve.

@@ -13,7 +13,9 @@ IntArray = NDArray[np.int64]
 
 def _check(y_true: IntArray, y_pred: IntArray) -> None:
     if y_true.shape != y_pred.shape or y_true.ndim != 1:
-        raise InputError(f"label arrays must be 1-D of equal length, got {y_true.shape}, {y_pred.shape}")
+        raise InputError(
+            f"label arrays must be 1-D of equal length, got {y_true.shape}, {y_pred.shape}"
+        )
 
 
 def accuracy(y_true: IntArray, y_pred: IntArray) -> float:

@@ -71,7 +71,9 @@ class EvaluationSets:
             idx = class_prior_shift(y, np.asarray(spec.prior), rng)
             return x[idx], y[idx]
         assert spec.severity is not None
-        out = apply_shift(x, y, kind=spec.kind, severity=spec.severity, dataset=self.dataset, rng=rng)
+        out = apply_shift(
+            x, y, kind=spec.kind, severity=spec.severity, dataset=self.dataset, rng=rng
+        )
         return out.x, out.y
 
 
@@ -82,8 +84,9 @@ def build_eval_sets(
     base = {"test": EvalSet(dataset.x_test, dataset.y_test)}
     if scenario.ood is not None:
         names = list(dataset.class_names)
-        src, dst = _class_index(names, scenario.ood.source_class), _class_index(
-            names, scenario.ood.target_class
+        src, dst = (
+            _class_index(names, scenario.ood.source_class),
+            _class_index(names, scenario.ood.target_class),
         )
         split = label_swap_test(
             dataset.x_test,

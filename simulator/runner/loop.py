@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +19,14 @@ from numpy.typing import NDArray
 
 from simulator.errors import InputError
 from simulator.head import LocalHeadData, RemovalReport, train_head
-from simulator.metrics import accuracy, weighted_f1
+from simulator.metrics import (
+    accuracy,
+    certificate_status,
+    prediction_agreement,
+    relative_distance,
+    weighted_f1,
+)
+from simulator.runner.monitoring import RunMonitor
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionReceipt, DeletionRequest, batches
 
@@ -35,6 +42,7 @@ class StreamState:
     receipts: list[DeletionReceipt] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     next_checkpoint: int = 0
+    monitor: RunMonitor | None = None
 
 
 def evaluate(fed: Federation, tick: int, forgotten: list[int]) -> dict[str, float]:
@@ -57,7 +65,7 @@ def _score(out: dict[str, float], split: str, y: IntArray, pred: IntArray) -> No
     out[f"f1_{split}"] = weighted_f1(y, pred)
 
 
-def reference(fed: Federation, tick: int) -> dict[str, float]:
+def retrained_head(fed: Federation) -> tuple[FloatArray, float]:
     """Head retrained exactly on the retained rows with the same perturbation and weights."""
     ids = np.concatenate([c.retained_ids for c in fed.clients.values()])
     weights = np.concatenate([c.data.weights[c.data.retained_ids] for c in fed.clients.values()])
@@ -65,24 +73,49 @@ def reference(fed: Federation, tick: int) -> dict[str, float]:
     ids, weights = ids[order], weights[order]
     t = time.perf_counter()
     ref = train_head(
-        LocalHeadData(fed.train_features[ids], fed.dataset.y_train[ids], fed.dataset.num_classes,
-                      weights=weights),
+        LocalHeadData(
+            fed.train_features[ids],
+            fed.dataset.y_train[ids],
+            fed.dataset.num_classes,
+            weights=weights,
+        ),
         fed.head.b,
         lam=fed.head.config.lam,
         tol=fed.head.config.tol,
     )
-    seconds = time.perf_counter() - t
+    return ref.W, time.perf_counter() - t
+
+
+def reference(
+    fed: Federation,
+    tick: int,
+    *,
+    monitor: RunMonitor | None = None,
+    forgotten: list[int] | None = None,
+    index: int = 0,
+) -> dict[str, Any]:
+    """The current head against the exactly retrained one ("ours vs ideal").
+
+    Utility of both heads and their distance always; with a ``monitor`` also every attack and
+    model-dependent drift number for the retrained head (``privacy`` and ``drift`` keys, the
+    same layout as a batch event's).
+    """
+    W_ref, seconds = retrained_head(fed)
     W = fed.head.W
-    out = {
-        "param_distance_relative": float(np.linalg.norm(W - ref.W) / max(np.linalg.norm(ref.W), 1e-300)),
+    out: dict[str, Any] = {
+        "param_distance_relative": relative_distance(W, W_ref),
         "retrain_seconds": seconds,
     }
     for split in fed.eval_sets.base:
         Z, y = fed.eval_sets.features(split, tick)
-        pred_ref = np.argmax(Z @ ref.W, axis=1)
+        pred_ref = np.asarray(np.argmax(Z @ W_ref, axis=1), dtype=np.int64)
         out[f"reference_accuracy_{split}"] = accuracy(y, pred_ref)
         out[f"reference_f1_{split}"] = weighted_f1(y, pred_ref)
-        out[f"prediction_agreement_{split}"] = float(np.mean(pred_ref == fed.head.predict(Z)))
+        out[f"prediction_agreement_{split}"] = prediction_agreement(pred_ref, fed.head.predict(Z))
+    if monitor is not None:
+        sets = monitor.sample_sets(forgotten or [], index)
+        privacy, drift, _ = monitor.model_sections(W_ref, sets, tick, index)
+        out["privacy"], out["drift"] = privacy, drift
     return out
 
 
@@ -121,6 +154,12 @@ def apply_batch(
 ) -> dict[str, Any]:
     """Apply one batch; returns its event record (also appended to ``state.events``)."""
     tick = batch[0].tick
+    if state.monitor is None:
+        t = time.perf_counter()
+        state.monitor = RunMonitor.start(fed)  # baselines frozen before the first deletion
+        monitor_seconds = time.perf_counter() - t
+    else:
+        monitor_seconds = None
     ids, rejected = expand(fed, batch)
     report: RemovalReport | None = None
     if ids:
@@ -152,6 +191,7 @@ def apply_batch(
         "withdrawn_clients": sorted(r.client_id for r in batch if r.client_id is not None),
         "samples": len(ids),
         "removed_total": len(state.forgotten),
+        "latency_seconds": [(applied_at - r.requested_at).total_seconds() for r in batch],
         "clients": {str(k): v for k, v in sorted(fed.head_data.last_routing.items())} if ids else {},
     }
     if report is not None:
@@ -170,23 +210,75 @@ def apply_batch(
             retained=report.retained,
             timings=report.timings,
         )
-    cfg = fed.scenario.evaluation
-    if index % cfg.every == 0:
-        t = time.perf_counter()
-        event["metrics"] = evaluate(fed, tick, state.forgotten)
-        event.setdefault("timings", {})["evaluation"] = time.perf_counter() - t
-    checkpoints = cfg.checkpoints
-    while (
-        cfg.retrain_reference
-        and state.next_checkpoint < len(checkpoints)
-        and len(state.forgotten) >= checkpoints[state.next_checkpoint]
-    ):
-        event.setdefault("checkpoints", []).append(
-            {"checkpoint": checkpoints[state.next_checkpoint], **reference(fed, tick)}
-        )
-        state.next_checkpoint += 1
+        event["certificate"] = certificate_section(fed, report)
+    if monitor_seconds is not None:
+        event.setdefault("timings", {})["monitor_start"] = monitor_seconds
+    _evaluate_batch(fed, state, index, tick, event)
     state.events.append(event)
     return event
+
+
+def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any]:
+    """Certificate metrics after a removal (``simulator.metrics.certificate``)."""
+    h = fed.scenario.head
+    status = certificate_status(
+        cumulative=report.cumulative,
+        sigma=h.sigma,
+        epsilon=h.epsilon,
+        delta=h.delta,
+        residual={
+            "worst": report.residual_worst,
+            "data": report.residual_data,
+            "exact": report.residual_exact,
+        },
+    )
+    return {**asdict(status), "retrains": fed.head.retrains}
+
+
+def _evaluate_batch(
+    fed: Federation, state: StreamState, index: int, tick: int, event: dict[str, Any]
+) -> None:
+    """Cheap metrics every ``evaluation.every`` batches and at checkpoints, then references.
+
+    At a checkpoint the LiRA references are retrained first, so the current head and the
+    retrained one are attacked with the same references.
+    """
+    cfg = fed.scenario.evaluation
+    monitor = state.monitor
+    assert monitor is not None
+    timings: dict[str, float] = event.setdefault("timings", {})
+    due: list[int] = []
+    while (
+        cfg.retrain_reference
+        and state.next_checkpoint + len(due) < len(cfg.checkpoints)
+        and len(state.forgotten) >= cfg.checkpoints[state.next_checkpoint + len(due)]
+    ):
+        due.append(cfg.checkpoints[state.next_checkpoint + len(due)])
+    if due:
+        timings["lira_references"] = monitor.refresh_references(index + 1)
+    if index % cfg.every == 0 or due:
+        t = time.perf_counter()
+        event["metrics"] = evaluate(fed, tick, state.forgotten)
+        timings["evaluation_utility"] = time.perf_counter() - t
+        sets = monitor.sample_sets(state.forgotten, index)
+        privacy, model_drift, extra = monitor.model_sections(fed.head.W, sets, tick, index)
+        timings.update(extra)
+        t = time.perf_counter()
+        drift = monitor.data_drift(sets, tick, index)
+        drift["label"].update(model_drift["label"])
+        timings["evaluation_drift"] = time.perf_counter() - t
+        drift["detections"] = monitor.detect(event["metrics"].get("accuracy_test"), privacy)
+        event["privacy"], event["drift"] = privacy, drift
+        timings["evaluation"] = sum(
+            timings.get(k, 0.0) for k in ("evaluation_utility", "evaluation_mia", "evaluation_drift")
+        )
+    if due:
+        t = time.perf_counter()
+        ref = reference(fed, tick, monitor=monitor, forgotten=state.forgotten, index=index)
+        timings["reference"] = time.perf_counter() - t
+        for checkpoint in due:  # several thresholds passed in one batch share one reference
+            event.setdefault("checkpoints", []).append({"checkpoint": checkpoint, **ref})
+            state.next_checkpoint += 1
 
 
 def run_stream(

@@ -4,7 +4,9 @@
 * ``events.jsonl`` — one JSON object per event (start, trained, every deletion batch, end);
 * ``receipts.jsonl`` — one :class:`~simulator.stream.DeletionReceipt` per request;
 * ``metrics.json`` — final metrics; ``summary.md`` — the summary table;
-* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over removed samples.
+* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over removed samples;
+* ``mia.png``, ``drift.png`` — attack AUCs and drift statistics, ours vs the retrained head
+  (:mod:`.metric_report`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.runner.metric_report import plot_privacy_drift, privacy_drift_rows
 from simulator.stream import DeletionReceipt
 
 
@@ -96,6 +99,7 @@ def summary_rows(start: dict[str, Any], batches: list[dict[str, Any]], end: dict
             (f"vs retrained head at {c['checkpoint']} removals",
              f"rel. distance {c['param_distance_relative']:.2e}, test acc {pct(c.get('reference_accuracy_test'))}")
         )
+    rows += privacy_drift_rows(batches)
     rows.append(("wall time", f"{end['wall_seconds']:.1f} s"))
     return rows
 
@@ -159,6 +163,7 @@ def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Pa
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     paths.append(_save(fig, folder / "residuals.png"))
+    paths += plot_privacy_drift(folder, batches, title)
     return paths
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.runner.loop import StreamState, evaluate, iterate_batches, apply_batch
+from simulator.runner.loop import StreamState, apply_batch, evaluate, iterate_batches
 from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
 from simulator.runner.setup import Federation, build_federation
 from simulator.scenario import Scenario, scenario_to_yaml
@@ -55,8 +55,13 @@ def run_scenario(
             cb(start, fed)
         state = StreamState()
         batches = list(iterate_batches(fed))
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
             task = bar.add_task("deletion stream", total=len(batches), info="")
             for i, batch in enumerate(batches):
@@ -67,10 +72,14 @@ def run_scenario(
                 for cb in on_event:
                     cb(event, fed)
                 acc = event.get("metrics", {}).get("accuracy_test")
-                bar.update(task, advance=1, info=(
-                    f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}"
-                    + (f"  acc {acc:.3f}" if acc is not None else "")
-                ))
+                bar.update(
+                    task,
+                    advance=1,
+                    info=(
+                        f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}"
+                        + (f"  acc {acc:.3f}" if acc is not None else "")
+                    ),
+                )
         end = _end_event(fed, state, batches, wall)
         writer.event(end)
         for cb in on_event:
@@ -102,7 +111,7 @@ def _start_event(fed: Federation) -> dict[str, Any]:
         "method": fed.scenario.method,
         "train_rows": int(fed.dataset.y_train.size),
         "public_rows": int(fed.public_indices.size),
-        "clients": {str(c): int(len(s)) for c, s in enumerate(fed.client_indices)},
+        "clients": {str(c): len(s) for c, s in enumerate(fed.client_indices)},
         "num_classes": fed.dataset.num_classes,
         "feature_dim": int(fed.train_features.shape[1]),
         "extractor_round_losses": list(fed.featurizer.round_losses),
@@ -116,7 +125,9 @@ def _start_event(fed: Federation) -> dict[str, Any]:
     }
 
 
-def _end_event(fed: Federation, state: StreamState, batches: list[Any], wall: float) -> dict[str, Any]:
+def _end_event(
+    fed: Federation, state: StreamState, batches: list[Any], wall: float
+) -> dict[str, Any]:
     head = fed.head
     last_tick = batches[-1][0].tick if batches else 0
     retrains_method = sum(1 for e in state.events if e.get("retrain_reason") == "method")

@@ -12,8 +12,17 @@ import hashlib
 import numpy as np
 
 STAGES = (
-    "data", "partition", "public", "extractor", "rff", "decorrelation", "head", "stream",
-    "shift", "ood", "evaluation",
+    "data",
+    "partition",
+    "public",
+    "extractor",
+    "rff",
+    "decorrelation",
+    "head",
+    "stream",
+    "shift",
+    "ood",
+    "evaluation",
 )
 
 

@@ -13,8 +13,8 @@ from simulator.data import load_source, partition
 from simulator.data.dataset import Dataset
 from simulator.data.synthetic import SyntheticSpec
 from simulator.errors import ConfigError
-from simulator.federation import FederatedClient, FederatedHeadData, WeightingPlan
 from simulator.features.decorrelation import DecorrelationConfig
+from simulator.federation import FederatedClient, FederatedHeadData, WeightingPlan
 from simulator.head import CertifiedHead, HeadConfig
 from simulator.models import resolve_device
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels

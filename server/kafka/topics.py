@@ -1,0 +1,73 @@
+"""Topic names of the deletion stream and their explicit creation.
+
+Topics are always created explicitly (an auto-created topic gets the broker's default partition
+count, 4 on Tansu, and the order of requests across partitions is not kept). The requests topic
+has one partition by default so that requests are applied in the order they were produced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+
+from server.kafka.errors import BrokerUnavailableError
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Names of the three topics: requests in, receipts out, malformed input out."""
+
+    requests: str = "deletion-requests"
+    receipts: str = "deletion-receipts"
+    dead_letters: str = "deletion-dead-letters"
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.requests, self.receipts, self.dead_letters)
+
+
+def ensure_topics(
+    bootstrap: str,
+    topics: Topics,
+    *,
+    request_partitions: int = 1,
+    timeout: float = 30.0,
+) -> None:
+    """Create the topics that do not exist yet (existing ones are left as they are).
+
+    Retries while the broker is unreachable, up to ``timeout`` seconds.
+
+    Raises
+    ------
+    BrokerUnavailableError
+        The broker did not answer, or a topic could not be created, within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    wanted = {
+        topics.requests: request_partitions,
+        topics.receipts: 1,
+        topics.dead_letters: 1,
+    }
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        admin = None
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+            missing = [name for name in wanted if name not in set(admin.list_topics())]
+            for name in missing:
+                try:
+                    admin.create_topics([NewTopic(name, wanted[name], 1)])
+                except TopicAlreadyExistsError:
+                    pass
+            if all(name in set(admin.list_topics()) for name in wanted):
+                return
+        except (NoBrokersAvailable, KafkaError, OSError) as exc:
+            last = exc
+        finally:
+            if admin is not None:
+                admin.close()
+        time.sleep(0.2)
+    raise BrokerUnavailableError(f"could not create topics {sorted(wanted)} on {bootstrap}: {last}")
