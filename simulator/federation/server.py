@@ -11,40 +11,19 @@ same calls as messages.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head.data import DeletionStatistics
+from simulator.head.data import DeletionStatistics, RowSource
 from simulator.head.logistic import ShardStatistics
 
 FloatArray = NDArray[np.float64]
 
 
-class ClientChannel(Protocol):
-    """The client side of the protocol, as the server sees it."""
-
-    @property
-    def retained_count(self) -> int: ...
-
-    def max_weight(self) -> float: ...
-
-    def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
-
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics: ...
-
-    def delete(
-        self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray
-    ) -> DeletionStatistics: ...
+#: The client side of the protocol as the server sees it: the same questions the head asks.
+ClientChannel = RowSource
 
 
 class FederatedHeadData:

@@ -51,14 +51,8 @@ class DeletionStatistics:
     max_weight: float
 
 
-class HeadData(Protocol):
-    """Access to the retained rows of the head's training set."""
-
-    @property
-    def dim(self) -> int: ...
-
-    @property
-    def num_classes(self) -> int: ...
+class RowSource(Protocol):
+    """Retained rows that answer with statistics: one client, or all of them summed."""
 
     @property
     def retained_count(self) -> int: ...
@@ -81,6 +75,16 @@ class HeadData(Protocol):
     ) -> DeletionStatistics: ...
 
 
+class HeadData(RowSource, Protocol):
+    """Access to the retained rows of the head's training set, with the head's shape."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+
 class LocalHeadData:
     """Rows held in memory; deleted rows keep their place with weight 0 (no copies per removal).
 
@@ -92,6 +96,8 @@ class LocalHeadData:
     weights : (n,) positive sample weights (default all ones).
     reweigh : optional callback ``(retained_ids, retained_features, old_weights) -> new_weights``
         run after every deletion (DecoRemoval recomputes decorrelation weights here).
+    active : (n,) bool, rows still retained (default all); restores a saved state together
+        with ``weights`` (see :attr:`base_weights`).
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class LocalHeadData:
         *,
         weights: FloatArray | None = None,
         reweigh: Reweigher | None = None,
+        active: NDArray[np.bool_] | None = None,
     ) -> None:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or y.shape != (X.shape[0],):
@@ -117,7 +124,9 @@ class LocalHeadData:
         if a.shape != (X.shape[0],) or not np.all(np.isfinite(a)) or np.any(a <= 0):
             raise InputError("weights must be positive, finite and one per row")
         self._a = a
-        self._active = np.ones(X.shape[0], dtype=bool)
+        if active is not None and np.shape(active) != (X.shape[0],):
+            raise InputError(f"active must be one flag per row, got shape {np.shape(active)}")
+        self._active = np.ones(X.shape[0], bool) if active is None else np.array(active, bool)
         self._reweigh = reweigh
 
     @property
@@ -135,6 +144,28 @@ class LocalHeadData:
     @property
     def retained_ids(self) -> IntArray:
         return np.flatnonzero(self._active).astype(np.int64)
+
+    @property
+    def features(self) -> FloatArray:
+        """All rows (retained and deleted), read-only view."""
+        view = self._X.view()
+        view.setflags(write=False)
+        return view
+
+    @property
+    def labels(self) -> IntArray:
+        """Class index of every row."""
+        return np.asarray(np.argmax(self._Y, axis=1), dtype=np.int64)
+
+    @property
+    def active(self) -> NDArray[np.bool_]:
+        """Retained-row flags; a copy."""
+        return self._active.copy()
+
+    @property
+    def base_weights(self) -> FloatArray:
+        """Weights of every row, deleted rows keeping their last value; a copy."""
+        return self._a.copy()
 
     @property
     def weights(self) -> FloatArray:
