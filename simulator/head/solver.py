@@ -131,13 +131,10 @@ class HessianSolver:
             for c in range(k):
                 self._base[c] -= (rows.T * coef[:, c]) @ rows
             return
-        old_rows = self._rows
-        self._rows = np.vstack([old_rows, rows])
+        # Z_c = base_c^{-1} U^T for the new rows is computed at the next solve, in the same
+        # triangular solves as the right-hand side (one pass over the factor for both).
+        self._rows = np.vstack([self._rows, rows])
         self._coef = np.vstack([self._coef, coef])
-        for c in range(k):
-            new = self._cholesky_solve(c, rows.T)
-            self._uz[c] = np.block([[self._uz[c], old_rows @ new], [rows @ self._z[c], rows @ new]])
-            self._z[c] = np.hstack([self._z[c], new])
 
     def downdate_dense(self, delta: FloatArray, *, diagonal: float = 0.0) -> None:
         """``H_k -= delta_k + diagonal * I`` for a dense change (e.g. re-weighting)."""
@@ -163,9 +160,27 @@ class HessianSolver:
         y = sla.solve_triangular(L, r, lower=True, check_finite=False)
         return np.asarray(sla.solve_triangular(L, y, lower=True, trans="T", check_finite=False))
 
-    def _woodbury(self, c: int, r: FloatArray, cap: FloatArray | None) -> FloatArray:
+    def _extend_z(self, c: int, b: FloatArray) -> FloatArray:
+        """Solve ``base_c x = b`` and, in the same solves, ``Z`` for rows added since the last
+        solve of class c (bordering ``U Z_c``); returns ``base_c^{-1} b``."""
+        done = self._z[c].shape[1]
+        new_rows = self._rows[done:]
+        if not new_rows.shape[0]:
+            return self._cholesky_solve(c, b)
+        sol = self._cholesky_solve(c, np.column_stack([new_rows.T, b]))
+        new = sol[:, :-1]
+        old_rows = self._rows[:done]
+        self._uz[c] = np.block(
+            [[self._uz[c], old_rows @ new], [new_rows @ self._z[c], new_rows @ new]]
+        )
+        self._z[c] = np.hstack([self._z[c], new])
+        return np.asarray(sol[:, -1])
+
+    def _woodbury(
+        self, c: int, r: FloatArray, cap: FloatArray | None, base_solve: FloatArray | None = None
+    ) -> FloatArray:
         """Apply ``(base_c - U^T D_c U)^{-1}`` to r (``cap`` is the r x r capacitance)."""
-        x = self._cholesky_solve(c, r)
+        x = self._cholesky_solve(c, r) if base_solve is None else base_solve
         if cap is not None:
             y = np.linalg.solve(cap, self._coef[:, c] * (self._rows @ x))
             x = x + self._z[c] @ y
@@ -205,13 +220,14 @@ class HessianSolver:
         relative width ``mu / (lam n)``, so one or two iterations reach ``rtol``.
         Returns (x, true residual norm, iterations, converged).
         """
+        base_solve = self._extend_z(c, b)
         r_rows = self._rows.shape[0]
         cap = None
         if r_rows:
             cap = np.eye(r_rows) - self._coef[:, c, None] * self._uz[c]
         bnorm = float(np.linalg.norm(b))
         tol = self.rtol * bnorm
-        x = self._woodbury(c, b, cap)
+        x = self._woodbury(c, b, cap, base_solve)
         r = b - self._matvec(c, x)
         rnorm = float(np.linalg.norm(r))
         it = 0
