@@ -5,7 +5,8 @@ from simulator.head.certificate import (
     epsilon_spent,
     residual_budget,
 )
-from simulator.head.certified import CertifiedHead, HeadConfig, RemovalReport
+from simulator.head.certified import CertifiedHead
+from simulator.head.config import HeadConfig, RemovalReport
 from simulator.head.data import DeletionStatistics, HeadData, LocalHeadData
 from simulator.head.logistic import ShardStatistics, shard_statistics, signed_labels
 from simulator.head.solver import HessianSolver

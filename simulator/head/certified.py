@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
-from simulator.errors import ConfigError, InputError, UnknownSampleError
+from simulator.errors import InputError, UnknownSampleError
 from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
     removal_gradient_bound,
-    residual_budget,
     worst_case_bound,
 )
+from simulator.head.config import HeadConfig, RemovalReport
 from simulator.head.data import HeadData
 from simulator.head.logistic import objective_gradient, objective_hessian
 from simulator.head.solver import HessianSolver
@@ -51,61 +49,8 @@ from simulator.head.threads import single_threaded_blas
 from simulator.head.training import train_head
 
 FloatArray = NDArray[np.float64]
-BoundKind = Literal["worst", "data", "exact"]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
 SMALL_BATCH = 64
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    """Hyperparameters of the certified head (``method.md`` section 3 defaults)."""
-
-    lam: float = 1e-3
-    sigma: float = 10.0
-    epsilon: float = 1.0
-    delta: float = 1e-4
-    bound: BoundKind = "data"
-    tol: float = 1e-8
-    refresh_every: int = 0
-    hessian_mode: Literal["incremental", "rebuild"] = "incremental"
-    report_exact: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("lam", "sigma", "epsilon", "tol"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"must be positive, got {getattr(self, name)}", f"head.{name}")
-        if not 0 < self.delta < 1:
-            raise ConfigError(f"must lie in (0, 1), got {self.delta}", "head.delta")
-        if self.bound not in ("worst", "data", "exact"):
-            raise ConfigError(f"must be worst, data or exact, got {self.bound!r}", "head.bound")
-        if self.refresh_every < 0:
-            raise ConfigError("must be >= 0", "head.refresh_every")
-
-    @property
-    def budget(self) -> float:
-        """Residual budget ``eps'``."""
-        return residual_budget(sigma=self.sigma, epsilon=self.epsilon, delta=self.delta)
-
-
-@dataclass(frozen=True)
-class RemovalReport:
-    """What one removal did. Residuals are summed over the K classes."""
-
-    sample_ids: tuple[int, ...]
-    residual_worst: float
-    residual_data: float
-    residual_exact: float | None
-    charged: float
-    cumulative: float
-    budget: float
-    budget_used_ratio: float
-    epsilon_spent: float
-    retrained: bool
-    retrain_reason: str | None
-    model_version: int
-    retained: int
-    solver_iterations: int
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class CertifiedHead:
@@ -235,27 +180,7 @@ class CertifiedHead:
             raise UnknownSampleError(unknown)
         if retrain:
             self.data.delete(ids, W=self._W, W_ref=self._W_ref)
-            self.removals += 1
-            self.retrains += 1
-            seconds = self._fit("method")
-            total = time.perf_counter() - t0
-            return RemovalReport(
-                sample_ids=tuple(ids),
-                residual_worst=0.0,
-                residual_data=0.0,
-                residual_exact=self._cumulative,
-                charged=0.0,
-                cumulative=self._cumulative,
-                budget=self.budget,
-                budget_used_ratio=self._cumulative / self.budget,
-                epsilon_spent=self.epsilon_spent,
-                retrained=True,
-                retrain_reason="method",
-                model_version=self.model_version,
-                retained=self.data.retained_count,
-                solver_iterations=0,
-                timings={"retrain": seconds, "total": total},
-            )
+            return self._retrained(ids, "method", t0)
         with single_threaded_blas(len(ids) <= SMALL_BATCH):
             return self._remove(ids, t0)
 
@@ -272,26 +197,7 @@ class CertifiedHead:
         m = len(ids)
         n_new = self.data.retained_count
         if n_new == 0:
-            self.removals += 1
-            self.retrains += 1
-            self._fit("empty")
-            return RemovalReport(
-                sample_ids=tuple(ids),
-                residual_worst=0.0,
-                residual_data=0.0,
-                residual_exact=0.0,
-                charged=0.0,
-                cumulative=0.0,
-                budget=self.budget,
-                budget_used_ratio=0.0,
-                epsilon_spent=0.0,
-                retrained=True,
-                retrain_reason="empty",
-                model_version=self.model_version,
-                retained=0,
-                solver_iterations=0,
-                timings={"total": time.perf_counter() - t0},
-            )
+            return self._retrained(ids, "empty", t0)
 
         t = time.perf_counter()
         g = -delta.removed_gradient - cfg.lam * m * self._W
@@ -394,6 +300,29 @@ class CertifiedHead:
             retained=n_new,
             solver_iterations=solved.refinements,
             timings=timings,
+        )
+
+    def _retrained(self, ids: list[int], reason: str, t0: float) -> RemovalReport:
+        """Retrain after the rows were deleted (``retrain`` method, or no rows left)."""
+        self.removals += 1
+        self.retrains += 1
+        seconds = self._fit(reason)
+        return RemovalReport(
+            sample_ids=tuple(ids),
+            residual_worst=0.0,
+            residual_data=0.0,
+            residual_exact=self._cumulative,
+            charged=0.0,
+            cumulative=self._cumulative,
+            budget=self.budget,
+            budget_used_ratio=self._cumulative / self.budget,
+            epsilon_spent=self.epsilon_spent,
+            retrained=True,
+            retrain_reason=reason,
+            model_version=self.model_version,
+            retained=self.data.retained_count,
+            solver_iterations=0,
+            timings={"retrain": seconds, "total": time.perf_counter() - t0},
         )
 
     def remove_sequentially(self, ids: Sequence[int]) -> list[RemovalReport]:
