@@ -51,8 +51,10 @@ def mmd2_unbiased(X: FloatArray, Y: FloatArray, bandwidth: float) -> float:
     """The unbiased ``MMD^2_u`` (module docstring); may be slightly negative."""
     _pair_check(X, Y)
     m, n = X.shape[0], Y.shape[0]
-    kxx, kyy, kxy = rbf_kernel(X, X, bandwidth), rbf_kernel(Y, Y, bandwidth), rbf_kernel(
-        X, Y, bandwidth
+    kxx, kyy, kxy = (
+        rbf_kernel(X, X, bandwidth),
+        rbf_kernel(Y, Y, bandwidth),
+        rbf_kernel(X, Y, bandwidth),
     )
     sxx = (kxx.sum() - np.trace(kxx)) / (m * (m - 1))
     syy = (kyy.sum() - np.trace(kyy)) / (n * (n - 1))
@@ -164,6 +166,8 @@ def label_shift(a: IntArray, b: IntArray, num_classes: int) -> LabelShift:
     cb = np.bincount(np.asarray(b, np.int64), minlength=num_classes).astype(float)
     p, q = label_distribution(a, num_classes), label_distribution(b, num_classes)
     return LabelShift(
-        total_variation(p, q), js_divergence(p, q), chi2_homogeneity_p_value(ca, cb),
+        total_variation(p, q),
+        js_divergence(p, q),
+        chi2_homogeneity_p_value(ca, cb),
         (int(np.size(a)), int(np.size(b))),
     )

@@ -37,9 +37,7 @@ def threshold_attacks(
     fprs: Sequence[float] = DEFAULT_FPRS,
 ) -> dict[str, AttackSummary]:
     """ROC summaries of each threshold attack: forget set (positive) vs holdout (negative)."""
-    return {
-        a: summarize_attack(forget.by_attack(a), holdout.by_attack(a), fprs) for a in attacks
-    }
+    return {a: summarize_attack(forget.by_attack(a), holdout.by_attack(a), fprs) for a in attacks}
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ class DetectorSettings:
 
 
 class _River(Protocol):
-    drift_detected: bool
+    @property
+    def drift_detected(self) -> bool: ...
 
     def update(self, x: float) -> Any: ...
 
@@ -56,7 +57,7 @@ def make_detector(kind: str, settings: DetectorSettings) -> _River:
     from river import drift
 
     if kind == "adwin":
-        det: _River = drift.ADWIN(
+        det: _River = drift.ADWIN(  # type: ignore[no-untyped-call]
             delta=settings.adwin_delta,
             clock=1,
             grace_period=settings.adwin_grace_period,

@@ -38,23 +38,23 @@ def privacy_drift_rows(batches: list[dict[str, Any]]) -> list[tuple[str, str]]:
     ref_batch = at_ref[-1] if at_ref else None
     ref = ref_batch["checkpoints"][-1] if ref_batch else None
     rows: list[tuple[str, str]] = []
-    header = "end" + (f" | ours / retrained at {ref['checkpoint']} removals" if ref else "")
+    header = "end" + (f"; ours / retrained at {ref['checkpoint']} removals" if ref else "")
     for attack in last["privacy"]["attacks"]:
         value = _num(_get(last, "privacy", "attacks", attack, "auc"))
         if ref is not None and ref_batch is not None:
             ours = _num(_get(ref_batch, "privacy", "attacks", attack, "auc"))
-            value += f" | {ours} / {_num(_get(ref, 'privacy', 'attacks', attack, 'auc'))}"
+            value += f"; {ours} / {_num(_get(ref, 'privacy', 'attacks', attack, 'auc'))}"
         rows.append((f"MIA AUC {attack} ({header})", value))
     if "lira" in last["privacy"]["attacks"]:
         value = _num(_get(last, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
         if ref is not None and ref_batch is not None:
             ours = _num(_get(ref_batch, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
             theirs = _num(_get(ref, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
-            value += f" | {ours} / {theirs}"
+            value += f"; {ours} / {theirs}"
         rows.append((f"LiRA TPR at 1% FPR ({header})", value))
     value = _num(_get(last, "privacy", "efficacy"))
     if ref is not None and ref_batch is not None:
-        value += f" | {_num(_get(ref_batch, 'privacy', 'efficacy'))} / "
+        value += f"; {_num(_get(ref_batch, 'privacy', 'efficacy'))} / "
         value += _num(_get(ref, "privacy", "efficacy"))
     rows.append((f"MIA efficacy ({header})", value))
     samples = last["privacy"]["samples"]

@@ -185,7 +185,9 @@ class RunMonitor:
         if "lira" in spec.attacks and self.refs is not None:
             if forget.size:
                 ref_f = reference_phi(self.refs, Z[forget], y[forget])
-                lf = lira_scores(self.refs, sf.phi, ref_f, out_mask_for(self.refs, forget, forget.size))
+                lf = lira_scores(
+                    self.refs, sf.phi, ref_f, out_mask_for(self.refs, forget, forget.size)
+                )
             else:
                 lf = np.zeros(0)
             assert self._holdout_ref_phi is not None
@@ -200,8 +202,11 @@ class RunMonitor:
             "attacks": attacks,
             "efficacy": eff.efficacy,
             "forget_loss": float(np.mean(-sf.loss)) if forget.size else float("nan"),
-            "samples": {"forget": int(forget.size), "holdout": int(yh.size),
-                        "retain": int(retain.size)},
+            "samples": {
+                "forget": int(forget.size),
+                "holdout": int(yh.size),
+                "retain": int(retain.size),
+            },
         }
 
     # ------------------------------------------------------------------ data drift
@@ -227,8 +232,7 @@ class RunMonitor:
                 res = mmd_permutation_test(
                     A, B, self.bandwidth, permutations=spec.mmd_permutations, rng=rng
                 )
-                feature[name] = {"mmd2": res.mmd2, "p_value": res.p_value,
-                                 "sizes": list(res.sizes)}
+                feature[name] = {"mmd2": res.mmd2, "p_value": res.p_value, "sizes": list(res.sizes)}
         label: dict[str, Any] = {}
         for name, (a, b) in {
             "forget_vs_retain": (y[forget], y[retain]),
@@ -250,7 +254,7 @@ class RunMonitor:
         if self.changes is None:
             return []
         attacks = privacy.get("attacks", {})
-        first = attacks.get("loss") or next(iter(attacks.values()), {})
+        first: dict[str, Any] = attacks.get("loss") or next(iter(attacks.values()), {})
         values = {
             "accuracy": float("nan") if accuracy is None else accuracy,
             "forget_loss": privacy.get("forget_loss", float("nan")),

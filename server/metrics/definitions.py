@@ -1,0 +1,145 @@
+"""Every exported metric: name, type, help, labels and buckets (``docs/metrics.md``).
+
+Names carry the ``unlearn_`` prefix and follow Prometheus conventions: base units,
+``_total`` counters, ``_seconds``, ``_ratio`` for 0-1 values. Label values are bounded (splits,
+attacks, FPRs, comparisons, detectors, streams, reasons, bound kinds, pipeline stages, and
+client indices up to a cap); no request or sample id is ever a label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+PREFIX = "unlearn_"
+Kind = Literal["counter", "gauge", "histogram"]
+
+#: Buckets of pipeline durations (a removal batch, a federated round, an evaluation stage).
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Buckets of request-to-receipt latency (stream clock).
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric (``name`` without the prefix; counters end in ``_total``)."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = FAST_BUCKETS
+
+    @property
+    def full_name(self) -> str:
+        return PREFIX + self.name
+
+
+def _c(name: str, help: str, *labels: str) -> MetricDef:
+    return MetricDef(name, "counter", help, labels)
+
+
+def _g(name: str, help: str, *labels: str) -> MetricDef:
+    return MetricDef(name, "gauge", help, labels)
+
+
+def _h(name: str, help: str, *labels: str, buckets: tuple[float, ...] = FAST_BUCKETS) -> MetricDef:
+    return MetricDef(name, "histogram", help, labels, buckets)
+
+
+METRICS: tuple[MetricDef, ...] = (
+    # ---- pipeline (RED)
+    _c("deletion_requests_total", "Deletion requests answered, by receipt status.", "status"),
+    _c("deleted_samples_total", "Samples removed from the head."),
+    _c("deletion_batches_total", "Deletion batches applied."),
+    _h("deletion_batch_duration_seconds", "Wall time of one certified removal batch."),
+    _h(
+        "deletion_request_latency_seconds",
+        "Request time to receipt time, stream clock.",
+        buckets=LATENCY_BUCKETS,
+    ),
+    _g("deletion_lag_requests", "Requests received or scheduled but not yet applied."),
+    _g("retained_samples", "Training rows the head is currently fitted on."),
+    _c("retrains_total", "Retrains of the head from scratch, by reason.", "reason"),
+    _c("stream_dead_letters_total", "Malformed stream messages set aside, by reason.", "reason"),
+    _h("federation_round_duration_seconds", "Wall time of one federated statistics round."),
+    _g("build_info", "Constant 1; labels say what runs.", "version", "method"),
+    _g("head_model_version", "Version of the head (increments per update or retrain)."),
+    # ---- utility
+    _g("model_accuracy_ratio", "Accuracy of the current head.", "split"),
+    _g("model_f1_ratio", "Support-weighted F1 of the current head.", "split"),
+    _g("model_accuracy_retrain_reference_ratio", "Accuracy of the retrained head.", "split"),
+    _g("model_f1_retrain_reference_ratio", "Weighted F1 of the retrained head.", "split"),
+    _g("head_distance_to_retrain_ratio", "||W - W_retrained|| / ||W_retrained||."),
+    _g(
+        "prediction_agreement_ratio", "Share of equal predictions with the retrained head.", "split"
+    ),
+    # ---- membership inference
+    _g("mia_auc", "ROC AUC of the attack, forget set vs holdout.", "attack"),
+    _g("mia_tpr_at_fpr_ratio", "TPR of the attack at a fixed low FPR.", "attack", "fpr"),
+    _g("mia_advantage_ratio", "max TPR - FPR of the attack.", "attack"),
+    _g("mia_auc_retrain_reference", "ROC AUC of the attack on the retrained head.", "attack"),
+    _g("mia_advantage_retrain_reference_ratio", "Advantage on the retrained head.", "attack"),
+    _g(
+        "mia_tpr_at_fpr_retrain_reference_ratio",
+        "TPR at a low FPR on the retrained head.",
+        "attack",
+        "fpr",
+    ),
+    _g("mia_efficacy_ratio", "Share of the forget set an entropy attack calls non-member."),
+    _g("mia_efficacy_retrain_reference_ratio", "MIA efficacy of the retrained head."),
+    _g("mia_samples", "Samples the MIA estimates used.", "set"),
+    _g("forget_loss", "Mean one-vs-rest logistic loss of the head on the forget set."),
+    # ---- drift
+    _g("feature_mmd2", "Unbiased MMD^2 (RBF, frozen median bandwidth).", "comparison"),
+    _g("feature_mmd2_p_value", "Permutation p-value of the MMD^2.", "comparison"),
+    _g("label_tv_distance", "Total variation between label distributions.", "comparison"),
+    _g("label_js_divergence", "Jensen-Shannon divergence (bits) of labels.", "comparison"),
+    _g("label_chi2_p_value", "Chi-square homogeneity p-value of label counts.", "comparison"),
+    _g(
+        "label_tv_distance_retrain_reference",
+        "Label TV of the retrained head's predictions.",
+        "comparison",
+    ),
+    _g(
+        "label_js_divergence_retrain_reference",
+        "Label JS of the retrained head's predictions.",
+        "comparison",
+    ),
+    _c("drift_detections_total", "Alarms of the online change detectors.", "detector", "stream"),
+    # ---- certificate
+    _g("cr_residual", "Gradient residual of the last removal, by bound kind.", "bound"),
+    _g("cr_residual_cumulative", "Residual accumulated since the last (re)training."),
+    _g("cr_residual_budget", "Residual budget sigma * epsilon / c."),
+    _g("cr_budget_used_ratio", "Cumulative residual / budget."),
+    _g("cr_epsilon_spent", "Epsilon spent by the cumulative residual, c * beta / sigma."),
+    _g("cr_epsilon_target", "Target epsilon of the certificate."),
+    _g("cr_delta", "Delta of the certificate."),
+    # ---- evaluation cost and per-client
+    _h("evaluation_duration_seconds", "Wall time of one evaluation stage.", "stage"),
+    _c("retrain_reference_checkpoints_total", "Retrained-reference checkpoints computed."),
+    _g("client_retained_samples", "Rows a client still holds.", "client"),
+    _c("client_deleted_samples_total", "Rows removed from a client.", "client"),
+)
+
+
+def build_registry(
+    defs: tuple[MetricDef, ...] = METRICS,
+) -> tuple[CollectorRegistry, dict[str, Any]]:
+    """A fresh registry holding every metric; returns it and the metrics by short name
+    (``Counter`` / ``Gauge`` / ``Histogram`` objects, typed ``Any`` for their label API)."""
+    registry = CollectorRegistry(auto_describe=True)
+    out: dict[str, Any] = {}
+    for d in defs:
+        metric: MetricWrapperBase
+        if d.kind == "counter":
+            metric = Counter(d.full_name, d.help, d.labels, registry=registry)
+        elif d.kind == "gauge":
+            metric = Gauge(d.full_name, d.help, d.labels, registry=registry)
+        else:
+            metric = Histogram(d.full_name, d.help, d.labels, registry=registry, buckets=d.buckets)
+        out[d.name] = metric
+    return registry, out

@@ -1,0 +1,283 @@
+"""Publish a run's events as Prometheus metrics, live, on 127.0.0.1.
+
+:class:`MetricsExporter` is an ``on_event`` callback of ``simulator.runner.run_scenario`` (any
+transport or stream source that emits the same event records can call it). It reads the event
+records the runner writes to ``events.jsonl`` (start, every deletion batch, end; see
+``docs/metrics.md`` for the keys it uses) and, for per-client gauges, the federation's clients.
+
+Gauges that have no value yet (e.g. the retrained reference before the first checkpoint) have
+no series; gauges whose value is undefined for a batch (e.g. an attack on an empty forget set)
+are NaN. Labelled counters are created at 0 for every known label value, so rates and alert
+expressions have series from the first scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
+from server.metrics.definitions import build_registry
+
+#: Bounded label values.
+STATUSES = ("applied", "rejected", "duplicate")
+RETRAIN_REASONS = ("budget", "method", "requested")
+DEAD_LETTER_REASONS = ("malformed", "schema", "unknown_client", "unknown_sample", "other")
+DETECTORS = ("adwin", "page_hinkley")
+STREAMS = ("accuracy", "forget_loss", "mia_auc")
+#: Evaluation stages (label ``stage``) and the event timing each one reads.
+STAGES = {
+    "setup": "monitor_start",
+    "utility": "evaluation_utility",
+    "mia": "evaluation_mia",
+    "drift": "evaluation_drift",
+    "lira_references": "lira_references",
+    "reference": "reference",
+}
+#: Client ids at or above this are exported as client="other".
+MAX_CLIENT_LABELS = 64
+
+
+def _f(value: Any) -> float:
+    """A float for a gauge: None and non-numbers become NaN."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+def client_label(client: int | str) -> str:
+    """Bounded label of a client index."""
+    try:
+        c = int(client)
+    except (TypeError, ValueError):
+        return "other"
+    return str(c) if 0 <= c < MAX_CLIENT_LABELS else "other"
+
+
+class MetricsExporter:
+    """Metrics of one run in their own registry, updated from event records.
+
+    Parameters
+    ----------
+    version : the ``build_info`` version label.
+    """
+
+    def __init__(self, version: str = "0.1.0") -> None:
+        self.registry: CollectorRegistry
+        self.registry, self.m = build_registry()
+        self.version = version
+        self._lock = threading.Lock()
+        self._total_requests: int | None = None
+        self._processed = 0
+        self._server: Any = None
+        for s in STATUSES:
+            self.m["deletion_requests_total"].labels(status=s)
+        for r in RETRAIN_REASONS:
+            self.m["retrains_total"].labels(reason=r)
+        for r in DEAD_LETTER_REASONS:
+            self.m["stream_dead_letters_total"].labels(reason=r)
+        for d in DETECTORS:
+            for s in STREAMS:
+                self.m["drift_detections_total"].labels(detector=d, stream=s)
+
+    # ------------------------------------------------------------------ serving
+    def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns the bound port."""
+        from prometheus_client import start_http_server
+
+        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # ------------------------------------------------------------------ events
+    def __call__(self, event: dict[str, Any], fed: Any = None) -> None:
+        """The ``on_event`` callback: route one event record."""
+        with self._lock:
+            kind = event.get("event")
+            if kind == "start":
+                self._start(event)
+                head = getattr(getattr(fed, "scenario", None), "head", None)
+                if head is not None:
+                    self.m["cr_epsilon_target"].set(float(head.epsilon))
+                    self.m["cr_delta"].set(float(head.delta))
+            elif kind == "deletion_batch":
+                self._batch(event)
+            elif kind == "end":
+                self._end(event)
+            if fed is not None:
+                self._clients(fed)
+
+    def _start(self, e: dict[str, Any]) -> None:
+        m = self.m
+        m["build_info"].labels(version=self.version, method=str(e.get("method", "unknown"))).set(1)
+        if isinstance(e.get("requests"), int):
+            self._total_requests = e["requests"]
+            m["deletion_lag_requests"].set(e["requests"])
+        m["cr_residual_budget"].set(_f(e.get("budget")))
+        m["cr_residual_cumulative"].set(_f(e.get("training_residual")))
+        if isinstance(e.get("budget"), int | float) and e["budget"] > 0:
+            m["cr_budget_used_ratio"].set(_f(e.get("training_residual")) / e["budget"])
+        for key in ("epsilon_target", "delta"):
+            if key in e:
+                m[f"cr_{key}"].set(_f(e[key]))
+        for cid in e.get("clients", {}):
+            m["client_deleted_samples_total"].labels(client=client_label(cid))
+        self._utility(e.get("metrics", {}))
+
+    def _end(self, e: dict[str, Any]) -> None:
+        self._utility(e.get("metrics", {}))
+        m = self.m
+        m["retained_samples"].set(_f(e.get("retained")))
+        m["cr_epsilon_target"].set(_f(e.get("epsilon_target")))
+        m["cr_delta"].set(_f(e.get("delta")))
+        if self._total_requests is not None:
+            m["deletion_lag_requests"].set(max(0, self._total_requests - self._processed))
+
+    def _batch(self, e: dict[str, Any]) -> None:
+        m = self.m
+        requests, rejected = int(e.get("requests", 0)), int(e.get("rejected", 0))
+        duplicates = int(e.get("duplicates", 0))
+        m["deletion_requests_total"].labels(status="applied").inc(requests - rejected - duplicates)
+        m["deletion_requests_total"].labels(status="rejected").inc(rejected)
+        m["deletion_requests_total"].labels(status="duplicate").inc(duplicates)
+        m["deleted_samples_total"].inc(int(e.get("samples", 0)))
+        self.count_client_deletions((e.get("clients") or {}).items())
+        m["deletion_batches_total"].inc()
+        for reason, n in (e.get("dead_letters") or {}).items():
+            r = reason if reason in DEAD_LETTER_REASONS else "other"
+            m["stream_dead_letters_total"].labels(reason=r).inc(int(n))
+        self._processed += requests
+        if "lag_requests" in e:
+            m["deletion_lag_requests"].set(_f(e["lag_requests"]))
+        elif self._total_requests is not None:
+            m["deletion_lag_requests"].set(max(0, self._total_requests - self._processed))
+        timings = e.get("timings", {})
+        if "total" in timings:
+            m["deletion_batch_duration_seconds"].observe(timings["total"])
+        if "statistics" in timings:
+            m["federation_round_duration_seconds"].observe(timings["statistics"])
+        for latency in e.get("latency_seconds", []):
+            m["deletion_request_latency_seconds"].observe(latency)
+        for stage, key in STAGES.items():
+            if key in timings:
+                m["evaluation_duration_seconds"].labels(stage=stage).observe(timings[key])
+        if "retained" in e:
+            m["retained_samples"].set(_f(e["retained"]))
+        if "model_version" in e:
+            m["head_model_version"].set(_f(e["model_version"]))
+        if e.get("retrained"):
+            reason = e.get("retrain_reason")
+            m["retrains_total"].labels(
+                reason=reason if reason in RETRAIN_REASONS else "requested"
+            ).inc()
+        if "certificate" in e:
+            self._certificate(e["certificate"])
+        self._utility(e.get("metrics", {}))
+        if "privacy" in e:
+            self._privacy(e["privacy"], reference=False)
+        if "drift" in e:
+            self._drift(e["drift"])
+        for c in e.get("checkpoints", []):
+            self._checkpoint(c)
+
+    # ------------------------------------------------------------------ sections
+    def _certificate(self, c: dict[str, Any]) -> None:
+        m = self.m
+        for bound, value in c.get("residual", {}).items():
+            m["cr_residual"].labels(bound=bound).set(_f(value))
+        m["cr_residual_cumulative"].set(_f(c.get("cumulative")))
+        m["cr_residual_budget"].set(_f(c.get("budget")))
+        m["cr_budget_used_ratio"].set(_f(c.get("used_ratio")))
+        m["cr_epsilon_spent"].set(_f(c.get("epsilon_spent")))
+        m["cr_epsilon_target"].set(_f(c.get("epsilon_target")))
+        m["cr_delta"].set(_f(c.get("delta")))
+
+    def _utility(self, metrics: dict[str, Any]) -> None:
+        for key, value in metrics.items():
+            kind, _, split = key.partition("_")
+            if kind in ("accuracy", "f1") and split:
+                name = "model_accuracy_ratio" if kind == "accuracy" else "model_f1_ratio"
+                self.m[name].labels(split=split).set(_f(value))
+
+    def _privacy(self, p: dict[str, Any], *, reference: bool) -> None:
+        m = self.m
+        suffix = "_retrain_reference" if reference else ""
+        for attack, s in p.get("attacks", {}).items():
+            m["mia_auc" + suffix].labels(attack=attack).set(_f(s.get("auc")))
+            m[f"mia_advantage{suffix}_ratio"].labels(attack=attack).set(_f(s.get("advantage")))
+            for fpr, tpr in s.get("tpr_at_fpr", {}).items():
+                m[f"mia_tpr_at_fpr{suffix}_ratio"].labels(attack=attack, fpr=fpr).set(_f(tpr))
+        m[f"mia_efficacy{suffix}_ratio"].set(_f(p.get("efficacy")))
+        if not reference:
+            m["forget_loss"].set(_f(p.get("forget_loss")))
+            for name, n in p.get("samples", {}).items():
+                m["mia_samples"].labels(set=name).set(_f(n))
+
+    def _drift(self, d: dict[str, Any]) -> None:
+        m = self.m
+        for comparison, s in d.get("feature", {}).items():
+            m["feature_mmd2"].labels(comparison=comparison).set(_f(s.get("mmd2")))
+            m["feature_mmd2_p_value"].labels(comparison=comparison).set(_f(s.get("p_value")))
+        for comparison, s in d.get("label", {}).items():
+            m["label_tv_distance"].labels(comparison=comparison).set(_f(s.get("tv")))
+            m["label_js_divergence"].labels(comparison=comparison).set(_f(s.get("js")))
+            if "chi2_p_value" in s:
+                m["label_chi2_p_value"].labels(comparison=comparison).set(_f(s["chi2_p_value"]))
+        for alarm in d.get("detections", []):
+            det, stream = alarm.get("detector"), alarm.get("stream")
+            if det in DETECTORS and stream in STREAMS:
+                m["drift_detections_total"].labels(detector=det, stream=stream).inc()
+
+    def _checkpoint(self, c: dict[str, Any]) -> None:
+        m = self.m
+        m["retrain_reference_checkpoints_total"].inc()
+        m["head_distance_to_retrain_ratio"].set(_f(c.get("param_distance_relative")))
+        for key, value in c.items():
+            for prefix, name in (
+                ("reference_accuracy_", "model_accuracy_retrain_reference_ratio"),
+                ("reference_f1_", "model_f1_retrain_reference_ratio"),
+                ("prediction_agreement_", "prediction_agreement_ratio"),
+            ):
+                if key.startswith(prefix):
+                    m[name].labels(split=key[len(prefix) :]).set(_f(value))
+        if "privacy" in c:
+            self._privacy(c["privacy"], reference=True)
+        for comparison, s in c.get("drift", {}).get("label", {}).items():
+            m["label_tv_distance_retrain_reference"].labels(comparison=comparison).set(
+                _f(s.get("tv"))
+            )
+            m["label_js_divergence_retrain_reference"].labels(comparison=comparison).set(
+                _f(s.get("js"))
+            )
+
+    def _clients(self, fed: Any) -> None:
+        """Per-client gauges from the federation (rows held, rows removed so far)."""
+        clients = getattr(fed, "clients", None)
+        if not isinstance(clients, dict):
+            return
+        held: dict[str, float] = {}
+        for cid, client in clients.items():
+            label = client_label(cid)
+            held[label] = held.get(label, 0.0) + float(len(client.retained_ids))
+        for label, n in held.items():
+            self.m["client_retained_samples"].labels(client=label).set(n)
+
+    def count_client_deletions(self, routing: Iterable[tuple[str, int]]) -> None:
+        """Add per-client removed rows (``event["clients"]`` items)."""
+        for cid, n in routing:
+            self.m["client_deleted_samples_total"].labels(client=client_label(cid)).inc(int(n))
+
+    def metric(self, name: str) -> MetricWrapperBase:
+        """A metric by its short name (without ``unlearn_``)."""
+        metric: MetricWrapperBase = self.m[name]
+        return metric
