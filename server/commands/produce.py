@@ -1,0 +1,62 @@
+"""``unlearnsim produce SCENARIO --bootstrap HOST:PORT``: replay a scenario's deletion stream."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from server.commands.run import add_overrides
+from server.kafka.options import add_topic_options, topics_from
+from simulator.errors import ConfigError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "produce",
+        help="replay a scenario's deletion stream to the Kafka requests topic",
+        description="Generate the scenario's deletion requests (no training needed) and send "
+        "them to the requests topic, creating the topics first. Without --rate or "
+        "--as-fast-as-possible, requests are sent at their scenario times "
+        "(tick * stream.tick_seconds).",
+    )
+    p.add_argument("scenario", help="path to a scenario YAML")
+    add_overrides(p)
+    add_topic_options(p)
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=float, metavar="R", help="requests per second")
+    pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing")
+    p.add_argument("--limit", type=int, metavar="N", help="send only the first N requests")
+    p.add_argument(
+        "--partitions", type=int, default=1, help="partitions of a new requests topic (default 1)"
+    )
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from server.kafka.producer import replay_requests, scenario_requests, send_times
+    from simulator.scenario import load_scenario
+
+    if not args.bootstrap:
+        raise ConfigError("needs --bootstrap HOST:PORT", "--bootstrap")
+    scenario = load_scenario(args.scenario, overrides=args.overrides)
+    requests = scenario_requests(scenario)[: args.limit]
+    schedule = None
+    if not args.as_fast_as_possible:
+        schedule = send_times(requests, rate=args.rate, realtime=args.rate is None)
+    topics = topics_from(args)
+    console.print(
+        f"sending {len(requests)} requests of [bold]{scenario.name}[/] to {topics.requests} "
+        f"at {args.bootstrap}"
+    )
+    report = replay_requests(
+        requests,
+        bootstrap=args.bootstrap,
+        topics=topics,
+        schedule=schedule,
+        request_partitions=args.partitions,
+        on_sent=lambda n: console.print(f"  {n} sent"),
+    )
+    console.print(f"sent {report.sent} requests in {report.seconds:.2f} s ({report.rate:.0f}/s)")
+    return 0

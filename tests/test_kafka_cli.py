@@ -1,0 +1,61 @@
+"""``unlearnsim broker start|stop|status`` and ``unlearnsim produce`` against the real binary."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from kafka import KafkaAdminClient
+from kafka_support import QUICKSTART, SMALL, broker, read_topic, scenario
+
+from server.cli import main
+from server.kafka.broker import LocalBroker, free_port, port_open
+from server.kafka.producer import scenario_requests
+from simulator.stream import DeletionRequest
+
+__all__ = ["broker"]
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+def test_broker_start_status_stop(tmp_path: Path) -> None:
+    pid_file, port = tmp_path / "broker.json", free_port()
+    cmd = ["--port", str(port), "--pid-file", str(pid_file)]
+    assert main(["broker", "start", *cmd]) == 0
+    try:
+        info = json.loads(pid_file.read_text())
+        assert info["bootstrap"] == f"127.0.0.1:{port}" and port_open(port)
+        assert main(["broker", "status", *cmd]) == 0
+        assert main(["broker", "start", *cmd]) == 2  # one broker per pid file
+    finally:
+        assert main(["broker", "stop", *cmd]) == 0
+    deadline = time.monotonic() + 5
+    while port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not port_open(port) and not pid_file.exists()
+    assert main(["broker", "status", *cmd]) == 1
+
+
+def test_produce_replays_the_scenario_stream(broker: LocalBroker) -> None:
+    base = ["produce", str(QUICKSTART), *sets(SMALL), "--bootstrap", broker.bootstrap]
+    assert main([*base, "--as-fast-as-possible", "--requests-topic", "fast"]) == 0
+    sent = [DeletionRequest.from_json(m.value) for m in read_topic(broker.bootstrap, "fast")]
+    assert sent == scenario_requests(scenario(SMALL))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:  # created explicitly: one partition, not the broker's default
+        (described,) = admin.describe_topics(["fast"])
+        assert len(described["partitions"]) == 1
+    finally:
+        admin.close()
+
+    t = time.perf_counter()
+    assert main([*base, "--rate", "100", "--limit", "30", "--requests-topic", "paced"]) == 0
+    assert time.perf_counter() - t >= 0.29  # 30 requests at 100/s
+    assert len(read_topic(broker.bootstrap, "paced")) == 30
+
+
+def test_kafka_run_needs_a_bootstrap_server() -> None:
+    assert main(["run", str(QUICKSTART), "--stream", "kafka"]) == 2
