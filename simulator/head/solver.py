@@ -128,8 +128,13 @@ class HessianSolver:
         self._mu += diagonal
         if self._factors is None or self._rows.shape[0] + rows.shape[0] > self.max_pending_rows:
             self._fold_pending()
+            nonnegative = bool(np.all(coef >= 0.0))
             for c in range(k):
-                self._base[c] -= (rows.T * coef[:, c]) @ rows
+                if nonnegative:  # removal curvatures: A^T A form, dispatched to syrk
+                    scaled = rows * np.sqrt(coef[:, c])[:, None]
+                    self._base[c] -= scaled.T @ scaled
+                else:
+                    self._base[c] -= (rows.T * coef[:, c]) @ rows
             return
         # Z_c = base_c^{-1} U^T for the new rows is computed at the next solve, in the same
         # triangular solves as the right-hand side (one pass over the factor for both).
