@@ -39,3 +39,17 @@ class DataUnavailableError(UnlearnSimError, RuntimeError):
 
 class NumericalError(UnlearnSimError, ArithmeticError):
     """A solver failed (non-positive-definite Hessian, no convergence)."""
+
+
+class ClientUnavailableError(UnlearnSimError, RuntimeError):
+    """Federated clients failed or did not answer in time (after any retries).
+
+    ``clients`` maps each failed client id to the reason (timeout, error reply, lost node).
+    The server reports them and goes on without them, or rejects the work that needed them.
+    """
+
+    def __init__(self, clients: dict[int, str], action: str = "") -> None:
+        self.clients = dict(clients)
+        self.action = action
+        shown = "; ".join(f"client {c}: {r}" for c, r in sorted(self.clients.items()))
+        super().__init__(f"{action + ': ' if action else ''}{shown}")

@@ -1,4 +1,4 @@
-"""``unlearnsim run SCENARIO``: run a scenario end to end (in-process transport)."""
+"""``unlearnsim run SCENARIO``: run a scenario end to end (in-process or over Flower)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import argparse
 from typing import Any
 
 from rich.console import Console
+
+from server.flower.options import add_flower_options, transport_overrides
+from server.kafka.options import add_consumer_options, uses_kafka
+from server.metrics.cli import add_metrics_options, metrics_session
 
 
 def add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--output", help="output folder (default: the scenario's output_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_metrics_options(p)
+    add_consumer_options(p)
+    add_flower_options(p)
     p.set_defaults(handler=handle)
 
 
@@ -34,12 +41,25 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.runner import run_scenario
     from simulator.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, overrides=args.overrides)
-    run_scenario(
-        scenario,
-        output_dir=args.output,
-        console=console,
-        progress=not args.no_progress,
-        plots=not args.no_plots,
-    )
+    scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
+    with metrics_session(args, console) as callbacks:
+        if uses_kafka(args, scenario):
+            from server.kafka.cli import run_kafka
+
+            return run_kafka(args, scenario, console, callbacks)
+        if scenario.transport != "inprocess":
+            from server.flower.launch import run_flower
+
+            run_flower(scenario, args, console, callbacks)
+            return 0
+        from simulator.runner.artifacts import artifact_writer
+
+        run_scenario(
+            scenario,
+            output_dir=args.output,
+            console=console,
+            progress=not args.no_progress,
+            plots=not args.no_plots,
+            on_event=[*callbacks, artifact_writer(args.output or scenario.output_dir)],
+        )
     return 0

@@ -1,10 +1,24 @@
 """The federated protocol as plain objects: clients with shards, a server that sums them."""
 
-from simulator.federation.client import FederatedClient, WeightingPlan, WeightReport
-from simulator.federation.server import ClientChannel, FederatedHeadData, combine_deletions
+from simulator.federation.client import FederatedClient
+from simulator.federation.server import (
+    ClientChannel,
+    ClientFanout,
+    FederatedHeadData,
+    combine_deletions,
+)
+from simulator.federation.snapshot import (
+    ClientReport,
+    ClientSnapshot,
+    WeightingPlan,
+    WeightReport,
+)
 
 __all__ = [
     "ClientChannel",
+    "ClientFanout",
+    "ClientReport",
+    "ClientSnapshot",
     "FederatedClient",
     "FederatedHeadData",
     "WeightReport",

@@ -11,37 +11,23 @@ Sample ids are global; the client maps them to its local rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.features.decorrelation import DecorrelationConfig, fit_weights, refit_weights
+from simulator.features.decorrelation import fit_weights, refit_weights
+from simulator.federation.snapshot import (
+    ClientReport,
+    ClientSnapshot,
+    WeightingPlan,
+    WeightReport,
+)
 from simulator.head.data import DeletionStatistics, LocalHeadData
 from simulator.head.logistic import ShardStatistics
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class WeightingPlan:
-    """How a client learns decorrelation weights; ``seed`` fixes the lift for every refit."""
-
-    config: DecorrelationConfig
-    seed: int
-
-
-@dataclass(frozen=True)
-class WeightReport:
-    """Spread of a client's current weights (how far they moved from uniform)."""
-
-    std: float
-    min: float
-    max: float
-    effective_sample_size_ratio: float
-    objective_ratio: float
 
 
 class FederatedClient:
@@ -66,6 +52,7 @@ class FederatedClient:
         num_classes: int,
         *,
         weighting: WeightingPlan | None = None,
+        restored: ClientSnapshot | None = None,
     ) -> None:
         if sample_ids.shape != (features.shape[0],):
             raise InputError("one global sample id per feature row is required")
@@ -74,8 +61,14 @@ class FederatedClient:
         self._local = {int(g): i for i, g in enumerate(self._ids)}
         self._weighting = weighting
         self.last_weights: WeightReport | None = None
+        self.deletion_batches = 0
         weights = None
-        if weighting is not None and features.shape[0] >= 2:
+        active = None
+        if restored is not None:
+            weights, active = restored.weights, restored.active
+            self.last_weights = restored.last_weights
+            self.deletion_batches = restored.deletion_batches
+        elif weighting is not None and features.shape[0] >= 2:
             result = fit_weights(features, config=weighting.config, rng=self._lift_rng())
             weights = np.asarray(result.weights, dtype=np.float64)
             self.last_weights = _report(
@@ -87,6 +80,36 @@ class FederatedClient:
             num_classes,
             weights=weights,
             reweigh=self._reweigh if weighting is not None else None,
+            active=active,
+        )
+
+    # ---------------------------------------------------------- state
+    def snapshot(self) -> ClientSnapshot:
+        """Everything needed to rebuild this client exactly (see :meth:`restore`)."""
+        return ClientSnapshot(
+            client_id=self.client_id,
+            sample_ids=self._ids.copy(),
+            features=np.array(self.data.features),
+            labels=self.data.labels,
+            num_classes=self.data.num_classes,
+            weights=self.data.base_weights,
+            active=self.data.active,
+            deletion_batches=self.deletion_batches,
+            last_weights=self.last_weights,
+            weighting=self._weighting,
+        )
+
+    @classmethod
+    def restore(cls, snap: ClientSnapshot) -> FederatedClient:
+        """Rebuild a client from :meth:`snapshot` (weights are restored, not refitted)."""
+        return cls(
+            snap.client_id,
+            snap.sample_ids,
+            snap.features,
+            snap.labels,
+            snap.num_classes,
+            weighting=snap.weighting,
+            restored=snap,
         )
 
     def _lift_rng(self) -> np.random.Generator:
@@ -143,7 +166,29 @@ class FederatedClient:
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         local = [self._local[int(i)] for i in ids]
-        return self.data.delete(local, W=W, W_ref=W_ref)
+        out = self.data.delete(local, W=W, W_ref=W_ref)
+        self.deletion_batches += 1
+        return out
+
+    def retained_weights(self) -> tuple[IntArray, FloatArray]:
+        """Global ids of the retained rows and their current weights."""
+        keep = self.data.retained_ids
+        return self._ids[keep], self.data.weights[keep]
+
+    def report(self, W: FloatArray) -> ClientReport:
+        """What this client holds and how the head ``W`` does on its retained rows."""
+        keep = self.data.retained_ids
+        X, y = self.data.features[keep], self.data.labels[keep]
+        accuracy = float(np.mean(np.argmax(X @ W, axis=1) == y)) if keep.size else float("nan")
+        return ClientReport(
+            client_id=self.client_id,
+            rows=int(self._ids.size),
+            retained=int(keep.size),
+            deletion_batches=self.deletion_batches,
+            accuracy_retained=accuracy,
+            max_weight=self.max_weight(),
+            weights=self.last_weights,
+        )
 
 
 def _report(weights: NDArray[np.float64], final: float, initial: float) -> WeightReport:

@@ -5,12 +5,19 @@ client for its statistics and summing them (sums over disjoint shards equal the 
 value), and routes each deletion only to the clients that own the samples. A
 :class:`ClientChannel` is anything that answers the client protocol: an in-process
 :class:`~simulator.federation.client.FederatedClient`, or a Flower adapter that encodes the
-same calls as messages.
+same calls as messages. A transport whose round trips are slow also supplies a
+:class:`ClientFanout` that sends one call to several clients at once; the sums are taken in the
+same client order either way, so the result does not depend on the transport.
+
+A client that fails (:class:`~simulator.errors.ClientUnavailableError`) can be excluded: its
+rows leave the federation, ids it owned count as unknown, and the caller retrains the head on
+the clients that remain (see :mod:`simulator.runner.resilience`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +33,24 @@ FloatArray = NDArray[np.float64]
 ClientChannel = RowSource
 
 
+class ClientFanout(Protocol):
+    """One protocol call sent to several clients at once; answers keyed by client id."""
+
+    def statistics(
+        self,
+        clients: Sequence[int],
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
+    ) -> dict[int, ShardStatistics]: ...
+
+    def delete(
+        self, groups: Mapping[int, Sequence[int]], *, W: FloatArray, W_ref: FloatArray
+    ) -> dict[int, DeletionStatistics]: ...
+
+
 class FederatedHeadData:
     """Aggregates client statistics; knows which client owns which global sample id.
 
@@ -34,6 +59,7 @@ class FederatedHeadData:
     clients : client id -> channel.
     owner : global sample id -> client id (all ids ever held by a client).
     dim, num_classes : d and K of the head.
+    fanout : parallel path for statistics and deletions (default: one client after another).
     """
 
     def __init__(
@@ -43,12 +69,24 @@ class FederatedHeadData:
         *,
         dim: int,
         num_classes: int,
+        fanout: ClientFanout | None = None,
     ) -> None:
         self.clients = dict(clients)
         self._owner = dict(owner)
         self._dim = dim
         self._k = num_classes
+        self._fanout = fanout
         self.last_routing: dict[int, int] = {}
+        self.excluded: dict[int, str] = {}
+
+    def exclude(self, client_id: int, reason: str) -> None:
+        """Drop a failed client: its rows leave the federation, its ids become unknown."""
+        self.clients.pop(client_id, None)
+        self.excluded[client_id] = reason
+
+    def owner_of(self, sample_id: int) -> int:
+        """The client that holds (or held) ``sample_id``; -1 if none."""
+        return self._owner.get(int(sample_id), -1)
 
     @property
     def dim(self) -> int:
@@ -75,7 +113,8 @@ class FederatedHeadData:
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
         bad: list[int] = []
         for cid, group in self.route(ids).items():
-            bad.extend(group if cid < 0 else self.clients[cid].unknown_ids(group))
+            live = self.clients.get(cid)
+            bad.extend(group if live is None else live.unknown_ids(group))
         return bad
 
     def statistics(
@@ -87,15 +126,26 @@ class FederatedHeadData:
         hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
         total = ShardStatistics.zeros(self._dim, self._k, hessian=hessian, gram=gram)
+        if self._fanout is not None:
+            parts = self._fanout.statistics(
+                list(self.clients), W, hessian=hessian, gram=gram, hessian_at=hessian_at
+            )
+            for cid in self.clients:
+                total = total + parts[cid]
+            return total
         for client in self.clients.values():
             total = total + client.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
         return total
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         groups = self.route(ids)
-        if -1 in groups:
-            raise InputError(f"sample ids with no owning client: {groups[-1][:10]}")
+        orphans = [i for cid, g in groups.items() if cid not in self.clients for i in g]
+        if orphans:
+            raise InputError(f"sample ids with no live owning client: {orphans[:10]}")
         self.last_routing = {cid: len(g) for cid, g in groups.items()}
+        if self._fanout is not None:
+            answers = self._fanout.delete(groups, W=W, W_ref=W_ref)
+            return combine_deletions([answers[cid] for cid in sorted(groups)])
         parts = [self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())]
         return combine_deletions(parts)
 

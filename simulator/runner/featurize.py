@@ -8,6 +8,7 @@ from (``public``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,20 @@ import torch
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
+from simulator.errors import InputError
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.models import (
     BackboneSpec,
     ExtractorWithHead,
+    LocalUpdate,
+    StateArrays,
     build_backbone,
+    client_generator,
     extract_features,
-    train_federated,
+    fedavg,
+    load_arrays,
+    local_train,
+    state_to_arrays,
 )
 from simulator.runner.seeds import stage_rng, stage_seed
 from simulator.scenario import Scenario
@@ -69,36 +77,139 @@ def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     return ExtractorWithHead(backbone, dataset.num_classes, generator=gen)
 
 
-def train_featurizer(
+#: One FedAvg round seen from the server: ``(round, global weights) -> local updates`` of every
+#: client with rows, in client order (McMahan et al. 2017, Algorithm 1, ``ClientUpdate``).
+LocalRound = Callable[[int, StateArrays], Sequence[LocalUpdate]]
+
+
+def client_update(
+    scenario: Scenario,
+    model: ExtractorWithHead,
+    x: NDArray[Any],
+    y: NDArray[Any],
+    *,
+    round_index: int,
+    client_index: int,
+    global_arrays: StateArrays,
+    device: torch.device,
+) -> LocalUpdate:
+    """``ClientUpdate`` of one client: local epochs from the global weights.
+
+    The minibatch order and dropout come from ``client_generator(seed, round, client)``, so the
+    update depends only on the scenario, the round, the client and the global weights: an
+    in-process loop and a Flower ClientApp compute the same update.
+    """
+    m = scenario.model
+    seed = stage_seed(scenario.seed, "extractor")
+    load_arrays(model, global_arrays)
+    return local_train(
+        model,
+        x,
+        y,
+        epochs=m.local_epochs,
+        batch_size=m.batch_size,
+        lr=m.lr,
+        generator=client_generator(seed, round_index, client_index),
+        device=device,
+    )
+
+
+def in_process_round(
     scenario: Scenario,
     dataset: Dataset,
     client_data: Sequence[tuple[NDArray[Any], NDArray[Any]]],
     *,
     device: torch.device,
+) -> LocalRound:
+    """A :data:`LocalRound` that trains every non-empty client here, one after another."""
+    work = build_extractor(scenario, dataset)
+
+    def run(round_index: int, global_arrays: StateArrays) -> list[LocalUpdate]:
+        return [
+            client_update(
+                scenario,
+                work,
+                x,
+                y,
+                round_index=round_index,
+                client_index=c,
+                global_arrays=global_arrays,
+                device=device,
+            )
+            for c, (x, y) in enumerate(client_data)
+            if len(x)
+        ]
+
+    return run
+
+
+def fedavg_rounds(
+    model: ExtractorWithHead,
+    rounds: int,
+    local_round: LocalRound,
+    *,
+    device: torch.device,
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[tuple[float, ...], float]:
+    """FedAvg from ``model``'s weights; ``model`` ends with the final global weights.
+
+    Returns the example-weighted mean client loss of every round and the seconds taken.
+    """
+    started = time.perf_counter()
+    model.to(device)
+    global_arrays = state_to_arrays(model)
+    losses: list[float] = []
+    for r in range(rounds):
+        updates = list(local_round(r, global_arrays))
+        if not updates:
+            raise InputError("no client has any training rows")
+        global_arrays = fedavg(updates)
+        total = sum(u.num_examples for u in updates)
+        losses.append(sum(u.loss * u.num_examples for u in updates) / total)
+        if progress is not None:
+            progress(r + 1, losses[-1])
+    load_arrays(model, global_arrays)
+    return tuple(losses), time.perf_counter() - started
+
+
+def train_featurizer(
+    scenario: Scenario,
+    dataset: Dataset,
+    pool: NDArray[Any],
+    *,
+    local_round: LocalRound,
+    device: torch.device,
     progress: Callable[[int, float], None] | None = None,
 ) -> Featurizer:
-    """FedAvg-train the extractor on ``client_data``, then draw the frozen RFF map."""
+    """FedAvg-train the extractor through ``local_round``, then draw the frozen RFF map.
+
+    ``pool`` holds the inputs the extractor was trained on; the median bandwidth heuristic
+    (``rff.bandwidth: median``) is computed on their features.
+    """
     model = build_extractor(scenario, dataset)
-    m = scenario.model
     losses: tuple[float, ...] = ()
     seconds = 0.0
-    if m.rounds > 0:
-        result = train_federated(
-            model,
-            client_data,
-            rounds=m.rounds,
-            local_epochs=m.local_epochs,
-            batch_size=m.batch_size,
-            lr=m.lr,
-            seed=stage_seed(scenario.seed, "extractor"),
-            device=device,
-            progress=progress,
+    if scenario.model.rounds > 0:
+        losses, seconds = fedavg_rounds(
+            model, scenario.model.rounds, local_round, device=device, progress=progress
         )
-        losses, seconds = result.round_losses, result.seconds
     rng = stage_rng(scenario.seed, "rff")
-    pool = np.concatenate([x for x, _ in client_data if len(x)], axis=0)
     h = extract_features(model, pool, device=device)
     bw = scenario.rff.bandwidth
     bandwidth = median_bandwidth(h, rng=rng) if bw == "median" else float(bw)
     rff = RandomFourierFeatures.draw(h.shape[1], scenario.rff.dim, bandwidth=bandwidth, rng=rng)
     return Featurizer(model, rff, device, losses, seconds)
+
+
+def featurizer_from_arrays(
+    scenario: Scenario,
+    dataset: Dataset,
+    extractor: StateArrays,
+    rff: dict[str, NDArray[np.float64]],
+    *,
+    device: torch.device,
+) -> Featurizer:
+    """Rebuild a trained featurizer from its arrays (what a server sends its clients)."""
+    model = build_extractor(scenario, dataset)
+    load_arrays(model, extractor)
+    return Featurizer(model, RandomFourierFeatures.from_arrays(rff), device, (), 0.0)

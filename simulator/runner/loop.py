@@ -192,7 +192,9 @@ def apply_batch(
         "samples": len(ids),
         "removed_total": len(state.forgotten),
         "latency_seconds": [(applied_at - r.requested_at).total_seconds() for r in batch],
-        "clients": {str(k): v for k, v in sorted(fed.head_data.last_routing.items())} if ids else {},
+        "clients": {str(k): v for k, v in sorted(fed.head_data.last_routing.items())}
+        if ids
+        else {},
     }
     if report is not None:
         event.update(
@@ -269,9 +271,8 @@ def _evaluate_batch(
         timings["evaluation_drift"] = time.perf_counter() - t
         drift["detections"] = monitor.detect(event["metrics"].get("accuracy_test"), privacy)
         event["privacy"], event["drift"] = privacy, drift
-        timings["evaluation"] = sum(
-            timings.get(k, 0.0) for k in ("evaluation_utility", "evaluation_mia", "evaluation_drift")
-        )
+        stages = ("evaluation_utility", "evaluation_mia", "evaluation_drift")
+        timings["evaluation"] = sum(timings.get(k, 0.0) for k in stages)
     if due:
         t = time.perf_counter()
         ref = reference(fed, tick, monitor=monitor, forgotten=state.forgotten, index=index)

@@ -67,8 +67,11 @@ class RunWriter:
         self._receipts.close()
 
 
-def summary_rows(start: dict[str, Any], batches: list[dict[str, Any]], end: dict[str, Any]) -> list[tuple[str, str]]:
+def summary_rows(
+    start: dict[str, Any], batches: list[dict[str, Any]], end: dict[str, Any]
+) -> list[tuple[str, str]]:
     """(metric, value) rows of the summary table."""
+
     def pct(v: Any) -> str:
         return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}%"
 
@@ -78,26 +81,45 @@ def summary_rows(start: dict[str, Any], batches: list[dict[str, Any]], end: dict
     rows = [
         ("method", str(end["method"])),
         ("clients / train rows", f"{end['clients']} / {end['train_rows']}"),
-        ("requests (applied / rejected)", f"{end['requests_applied']} / {end['requests_rejected']}"),
+        (
+            "requests (applied / rejected)",
+            f"{end['requests_applied']} / {end['requests_rejected']}",
+        ),
         ("deletion batches", str(len(batches))),
         ("samples removed", str(end["removed_total"])),
         ("retrains (budget / method)", f"{end['retrains_budget']} / {end['retrains_method']}"),
         ("epsilon spent (of target)", f"{end['epsilon_spent']:.4f} (of {end['epsilon_target']})"),
         ("budget used", pct(end["budget_used_ratio"])),
-        ("extractor certified", "yes" if end["extractor_certified"] else "no (trained on private data)"),
+        (
+            "extractor certified",
+            "yes" if end["extractor_certified"] else "no (trained on private data)",
+        ),
     ]
     for split in ("test", "ood", "retain", "forget"):
         key = f"accuracy_{split}"
         if key in last or key in first:
-            rows.append((f"accuracy {split} (start -> end)", f"{pct(first.get(key))} -> {pct(last.get(key))}"))
+            rows.append(
+                (
+                    f"accuracy {split} (start -> end)",
+                    f"{pct(first.get(key))} -> {pct(last.get(key))}",
+                )
+            )
     if totals:
-        rows.append(("removal time per batch (mean / max)", f"{1e3 * np.mean(totals):.1f} / {1e3 * max(totals):.1f} ms"))
+        rows.append(
+            (
+                "removal time per batch (mean / max)",
+                f"{1e3 * np.mean(totals):.1f} / {1e3 * max(totals):.1f} ms",
+            )
+        )
     refs = [c for b in batches for c in b.get("checkpoints", [])]
     if refs:
         c = refs[-1]
         rows.append(
-            (f"vs retrained head at {c['checkpoint']} removals",
-             f"rel. distance {c['param_distance_relative']:.2e}, test acc {pct(c.get('reference_accuracy_test'))}")
+            (
+                f"vs retrained head at {c['checkpoint']} removals",
+                f"rel. distance {c['param_distance_relative']:.2e}, "
+                f"test acc {pct(c.get('reference_accuracy_test'))}",
+            )
         )
     rows += privacy_drift_rows(batches)
     rows.append(("wall time", f"{end['wall_seconds']:.1f} s"))
@@ -122,13 +144,20 @@ def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Pa
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for split, style in (("test", "-"), ("ood", "--"), ("retain", ":"), ("forget", "-.")):
-        pts = [(b["removed_total"], b["metrics"][f"accuracy_{split}"]) for b in batches
-               if f"accuracy_{split}" in b.get("metrics", {})]
+        pts = [
+            (b["removed_total"], b["metrics"][f"accuracy_{split}"])
+            for b in batches
+            if f"accuracy_{split}" in b.get("metrics", {})
+        ]
         if pts:
             ax.plot(*zip(*pts, strict=True), style, label=f"{split}")
     refs = [(b["removed_total"], c) for b in batches for c in b.get("checkpoints", [])]
     for split, marker in (("test", "o"), ("ood", "s")):
-        pts = [(r, c[f"reference_accuracy_{split}"]) for r, c in refs if f"reference_accuracy_{split}" in c]
+        pts = [
+            (r, c[f"reference_accuracy_{split}"])
+            for r, c in refs
+            if f"reference_accuracy_{split}" in c
+        ]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker, color="k", label=f"retrained head ({split})")
     ax.set_xlabel("samples removed")
@@ -152,8 +181,11 @@ def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Pa
     paths.append(_save(fig, folder / "budget.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("residual_worst", "worst-case bound"), ("residual_data", "data-dependent bound"),
-                       ("residual_exact", "exact residual")):
+    for key, label in (
+        ("residual_worst", "worst-case bound"),
+        ("residual_data", "data-dependent bound"),
+        ("residual_exact", "exact residual"),
+    ):
         pts = [(b["removed_total"], b[key]) for b in batches if b.get(key)]
         if pts:
             ax.semilogy(*zip(*pts, strict=True), ".", label=label)

@@ -12,9 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.runner.loop import StreamState, apply_batch, evaluate, iterate_batches
+from simulator.runner.loop import StreamState, evaluate, iterate_batches
 from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
+from simulator.runner.resilience import apply_batch_guarded
 from simulator.runner.setup import Federation, build_federation
+from simulator.runner.transport import ClientTransport
 from simulator.scenario import Scenario, scenario_to_yaml
 
 
@@ -35,11 +37,13 @@ def run_scenario(
     progress: bool = True,
     plots: bool = True,
     on_event: Sequence[Callable[[dict[str, Any], Federation], None]] = (),
+    transport: ClientTransport | None = None,
 ) -> RunResult:
     """Train the federation, consume the stream, write outputs; see :mod:`.outputs`.
 
     Every event record (start, each deletion batch, end) is also passed to each ``on_event``
-    callback with the federation, e.g. a metrics exporter.
+    callback with the federation, e.g. a metrics exporter. ``transport`` reaches the clients
+    (default in-process; see :mod:`.transport`).
     """
     console = console or Console()
     folder = Path(output_dir or scenario.output_dir)
@@ -48,7 +52,7 @@ def run_scenario(
     writer.text("resolved_scenario.yaml", scenario_to_yaml(scenario))
     try:
         with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
-            fed = build_federation(scenario)
+            fed = build_federation(scenario, transport=transport)
         start = _start_event(fed)
         writer.event(start)
         for cb in on_event:
@@ -66,7 +70,7 @@ def run_scenario(
             task = bar.add_task("deletion stream", total=len(batches), info="")
             for i, batch in enumerate(batches):
                 n_before = len(state.receipts)
-                event = apply_batch(fed, state, i, batch)
+                event = apply_batch_guarded(fed, state, i, batch)
                 writer.event(event)
                 writer.receipts(state.receipts[n_before:])
                 for cb in on_event:
@@ -76,7 +80,8 @@ def run_scenario(
                     task,
                     advance=1,
                     info=(
-                        f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}"
+                        f"removed {event['removed_total']}  "
+                        f"budget {event.get('budget_used_ratio', 0):.0%}"
                         + (f"  acc {acc:.3f}" if acc is not None else "")
                     ),
                 )
@@ -150,6 +155,7 @@ def _end_event(
         "budget": head.budget,
         "budget_used_ratio": head.cumulative_residual / head.budget,
         "model_version": head.model_version,
+        "excluded_clients": {str(c): r for c, r in sorted(fed.excluded.items())},
         "extractor_certified": fed.extractor_certified,
         "metrics": evaluate(fed, last_tick, state.forgotten),
         "wall_seconds": time.perf_counter() - wall,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -13,13 +12,13 @@ from simulator.data import load_source, partition
 from simulator.data.dataset import Dataset
 from simulator.data.synthetic import SyntheticSpec
 from simulator.errors import ConfigError
-from simulator.features.decorrelation import DecorrelationConfig
-from simulator.federation import FederatedClient, FederatedHeadData, WeightingPlan
+from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead, HeadConfig
 from simulator.models import resolve_device
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
-from simulator.runner.featurize import Featurizer, train_featurizer
-from simulator.runner.seeds import stage_rng, stage_seed
+from simulator.runner.featurize import Featurizer, LocalRound, in_process_round, train_featurizer
+from simulator.runner.seeds import stage_rng
+from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
 from simulator.stream import DeletionRequest, generate_stream
 
@@ -37,16 +36,34 @@ class Federation:
     public_indices: IntArray
     featurizer: Featurizer
     train_features: FloatArray
-    clients: dict[int, FederatedClient]
+    clients: dict[int, RunnerClient]
     head_data: FederatedHeadData
     head: CertifiedHead
     eval_sets: EvaluationSets
     requests: list[DeletionRequest]
     retain_probe: IntArray
+    transport: ClientTransport | None = None
+    #: clients that failed and left the federation, with the reason
+    excluded: dict[int, str] = field(default_factory=dict)
 
     def head_data_retained(self) -> IntArray:
         """Global ids of every retained row."""
-        return np.concatenate([c.retained_ids for c in self.clients.values()])
+        parts = [c.retained_ids for c in self.clients.values()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def exclude(self, client_id: int, reason: str) -> None:
+        """A client failed: it leaves the federation (the caller retrains the head)."""
+        self.clients.pop(client_id, None)
+        self.head_data.exclude(client_id, reason)
+        self.excluded[client_id] = reason
+        if self.transport is not None:
+            self.transport.exclude(client_id)
+
+    def client_reports(self) -> dict[int, ClientReport]:
+        """Every live client's own report at the current head (one round trip)."""
+        if self.transport is None:
+            return {}
+        return self.transport.reports(self.head.W, sorted(self.clients))
 
     @property
     def extractor_certified(self) -> bool:
@@ -86,7 +103,7 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
     public = np.zeros(0, dtype=np.int64)
     if scenario.model.extractor_data == "public":
         rng = stage_rng(scenario.seed, "public")
-        k = int(round(scenario.model.public_fraction * n))
+        k = round(scenario.model.public_fraction * n)
         public = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
         ids = np.setdiff1d(ids, public)
     p = scenario.partition
@@ -103,13 +120,21 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
 
 
 def build_federation(
-    scenario: Scenario, *, extractor_progress: Callable[[int, float], None] | None = None
+    scenario: Scenario,
+    *,
+    transport: ClientTransport | None = None,
+    extractor_progress: Callable[[int, float], None] | None = None,
 ) -> Federation:
-    """Everything before the first deletion: the trained model and the generated stream."""
-    if scenario.transport != "inprocess":
+    """Everything before the first deletion: the trained model and the generated stream.
+
+    ``transport`` reaches the clients (default: :class:`InProcessTransport`, only for
+    ``transport: inprocess``; the Flower ServerApp passes its own). The server side (data for
+    evaluation, extractor averaging, RFF map, head, stream) is the same for every transport.
+    """
+    if transport is None and scenario.transport != "inprocess":
         raise ConfigError(
-            f"transport '{scenario.transport}' needs the Flower adapters; this runner is the "
-            "in-process transport (use transport: inprocess)",
+            f"transport '{scenario.transport}' runs through Flower: use "
+            f"`unlearnsim run SCENARIO --transport {scenario.transport}`",
             "transport",
         )
     if scenario.stream.source != "scenario":
@@ -120,36 +145,25 @@ def build_federation(
     ds = load_dataset(scenario)
     shards, public = split_clients(scenario, ds)
     device = resolve_device(scenario.device)
-    pools: list[tuple[NDArray[Any], NDArray[Any]]]
+    if transport is None:
+        transport = InProcessTransport(scenario, ds, shards, device=device)
+    local_round: LocalRound
     if scenario.model.extractor_data == "public":
-        pools = [(ds.x_train[public], ds.y_train[public])]
+        # the public pool never leaves the server: it trains as the only FedAvg "client"
+        pool = ds.x_train[public]
+        local_round = in_process_round(scenario, ds, [(pool, ds.y_train[public])], device=device)
     else:
-        pools = [(ds.x_train[s], ds.y_train[s]) for s in shards]
-    featurizer = train_featurizer(scenario, ds, pools, device=device, progress=extractor_progress)
-    Z = featurizer(ds.x_train)
-
-    weighting = None
-    if scenario.method == "decoremoval":
-        dc = scenario.decorrelation
-        config = DecorrelationConfig(
-            features=dc.features,
-            functions=dc.functions,
-            steps=dc.steps,
-            warm_steps=dc.warm_steps,
-            lr=dc.lr,
-            penalty=dc.penalty,
-        )
-        weighting = config
-    clients: dict[int, FederatedClient] = {}
-    owner: dict[int, int] = {}
-    for c, rows in enumerate(shards):
-        plan = None
-        if weighting is not None:
-            seed = int(np.random.SeedSequence([stage_seed(scenario.seed, "decorrelation"), c]).generate_state(1)[0])
-            plan = WeightingPlan(weighting, seed)
-        clients[c] = FederatedClient(c, rows, Z[rows], ds.y_train[rows], ds.num_classes, weighting=plan)
-        owner.update({int(i): c for i in rows})
-    head_data = FederatedHeadData(clients, owner, dim=Z.shape[1], num_classes=ds.num_classes)
+        pool = ds.x_train[np.concatenate(shards)]
+        local_round = transport.local_round
+    featurizer = train_featurizer(
+        scenario, ds, pool, local_round=local_round, device=device, progress=extractor_progress
+    )
+    Z = featurizer(ds.x_train)  # the simulator's evaluation view (forget/retain splits)
+    clients = transport.open_clients(featurizer, shards)
+    owner = {int(i): c for c, rows in enumerate(shards) for i in rows}
+    head_data = FederatedHeadData(
+        clients, owner, dim=Z.shape[1], num_classes=ds.num_classes, fanout=transport.fanout
+    )
     h = scenario.head
     head = CertifiedHead(
         head_data,
@@ -177,6 +191,17 @@ def build_federation(
     probe_rng = stage_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))
     return Federation(
-        scenario, ds, shards, public, featurizer, Z, clients, head_data, head, eval_sets,
-        requests, probe.astype(np.int64),
+        scenario,
+        ds,
+        shards,
+        public,
+        featurizer,
+        Z,
+        clients,
+        head_data,
+        head,
+        eval_sets,
+        requests,
+        probe.astype(np.int64),
+        transport=transport,
     )

@@ -1,0 +1,175 @@
+"""Benchmark: removal time of every unlearning method on one workload, as a ratio to ``cr``.
+
+Workload: one seed of a comparison scenario (default ``scenarios/compare_mnist_3v8_ood.yaml``,
+seed 0: 800 MNIST 3/8 images, the scenario's deletion stream cut at its checkpoints). Every
+method is fitted on the same rows and then
+
+* applies the same removal steps (the stream's batches up to the last checkpoint): total
+  seconds, median seconds per call, seconds per removed sample;
+* removes ``--singles`` more samples one at a time (the same seeded ids for every method):
+  median seconds per single removal (the streaming case).
+
+Only :meth:`remove` is timed (``RemovalOutcome.seconds``), never fitting or evaluation. The
+ratio to ``cr`` divides a method's number by ``cr``'s: the paper's Table 2 reads "closer to
+CR is better". torch runs single-threaded as in ``unlearnsim compare``. The machines are
+shared, so the whole sequence runs ``--repeats`` times, methods interleaved (repeat 1 of every
+method, then repeat 2...), and the table reports each method's fastest repeat (the usual
+estimate of the cost without interference); every repeat and the load average before and
+after are kept in the JSON.
+
+Prints a table and writes ``bench/results/methods.json``.
+
+Usage: ``python bench/methods.py [--scenario PATH] [--seed 0] [--singles 5] [--repeats 2]
+[--methods a,b]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from simulator.compare import build_workload
+from simulator.compare.threads import torch_threads
+from simulator.scenario import load_scenario
+from simulator.unlearners import create_unlearner, registered_unlearners
+
+
+def time_method(name: str, workload: Any, singles: int) -> dict[str, Any]:
+    """Fit ``name``, run the workload's steps and ``singles`` single removals; timings only."""
+    u = create_unlearner(name, workload.settings)
+    fit = u.fit(workload.train, seed=workload.seed)
+    calls = [u.remove(ids) for ids in workload.steps]
+    rng = np.random.default_rng(12345)
+    single_ids = rng.choice(u.retained_ids, size=singles, replace=False)
+    one = [u.remove([int(i)]) for i in single_ids]
+    batch_total = sum(c.seconds for c in calls)
+    samples = sum(c.removed for c in calls)
+    return {
+        "fit_seconds": fit.seconds,
+        "batch": {
+            "calls": len(calls),
+            "samples": samples,
+            "total_seconds": batch_total,
+            "median_call_seconds": statistics.median(c.seconds for c in calls),
+            "seconds_per_sample": batch_total / max(samples, 1),
+            "retrains": sum(int(c.retrained) for c in calls),
+        },
+        "single": {
+            "calls": len(one),
+            "median_seconds": statistics.median(c.seconds for c in one) if one else None,
+            "retrains": sum(int(c.retrained) for c in one),
+        },
+    }
+
+
+def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest repeat's numbers (batch and single separately), with every repeat kept."""
+    best_batch = min(runs, key=lambda r: r["batch"]["total_seconds"])
+    singles = [r for r in runs if r["single"]["median_seconds"] is not None]
+    best_single = min(singles, key=lambda r: r["single"]["median_seconds"]) if singles else runs[0]
+    return {
+        "fit_seconds": min(r["fit_seconds"] for r in runs),
+        "batch": dict(best_batch["batch"]),
+        "single": dict(best_single["single"]),
+        "repeats": runs,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scenario", default="scenarios/compare_mnist_3v8_ood.yaml")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--singles", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--methods", default=",".join(registered_unlearners()))
+    p.add_argument("--out", default="bench/results/methods.json")
+    args = p.parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    if "cr" not in methods:
+        methods.insert(0, "cr")
+    console = Console()
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    workload = build_workload(load_scenario(args.scenario), args.seed)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
+    with torch_threads(1):
+        for r in range(args.repeats):
+            for name in methods:
+                console.print(f"repeat {r + 1}: timing {name} ...")
+                runs[name].append(time_method(name, workload, args.singles))
+    results = {name: fastest(got) for name, got in runs.items()}
+    cr = results["cr"]
+    for r in results.values():
+        r["batch"]["ratio_to_cr"] = r["batch"]["total_seconds"] / cr["batch"]["total_seconds"]
+        single, ref = r["single"]["median_seconds"], cr["single"]["median_seconds"]
+        r["single"]["ratio_to_cr"] = single / ref if single is not None and ref else None
+
+    table = Table(title=f"removal time on {workload.scenario.name} seed {args.seed}")
+    for col in (
+        "method",
+        "fit s",
+        "steps s (total)",
+        "ratio to cr",
+        "s / sample",
+        "single s (median)",
+        "ratio to cr",
+    ):
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        b, s = r["batch"], r["single"]
+        table.add_row(
+            name,
+            f"{r['fit_seconds']:.2f}",
+            f"{b['total_seconds']:.3f}",
+            f"{b['ratio_to_cr']:.3g}",
+            f"{b['seconds_per_sample']:.2e}",
+            "-" if s["median_seconds"] is None else f"{s['median_seconds']:.4f}",
+            "-" if s["ratio_to_cr"] is None else f"{s['ratio_to_cr']:.3g}",
+        )
+    console.print(table)
+    out = {
+        "scenario": args.scenario,
+        "seed": args.seed,
+        "train_rows": workload.train.n,
+        "steps": len(workload.steps),
+        "samples_in_steps": int(sum(s.size for s in workload.steps)),
+        "singles": args.singles,
+        "repeats": args.repeats,
+        "methods": results,
+        "torch_threads": 1,
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()} {platform.processor()}".strip(),
+        "cpus": os.cpu_count(),
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "wall_seconds": time.perf_counter() - started,
+        "command": "python bench/methods.py "
+        + " ".join(
+            f"--{k} {v}"
+            for k, v in (
+                ("scenario", args.scenario),
+                ("seed", args.seed),
+                ("singles", args.singles),
+                ("repeats", args.repeats),
+                ("methods", ",".join(methods)),
+            )
+        ),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""``unlearnsim compare SCENARIO``: every unlearning method on the same data, seeds and stream.
+
+    unlearnsim compare scenarios/compare_mnist_3v8_ood.yaml --methods retrain,cr,decoremoval \
+        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist]
+
+Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
+count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from server.commands.run import add_overrides
+from simulator.errors import ConfigError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare", help="compare unlearning methods on one scenario (paper-style tables)"
+    )
+    p.add_argument("scenario", help="path to a scenario YAML")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated method names (default: every registered method)",
+    )
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds (scenario seed + i)")
+    p.add_argument(
+        "--checkpoints",
+        default=None,
+        help="comma-separated removal counts to evaluate at (default: evaluation.checkpoints)",
+    )
+    p.add_argument(
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="METHOD.KEY=VALUE",
+        help="a method option, e.g. --option sisa.slices=2 (repeatable)",
+    )
+    p.add_argument("--output", help="output folder (default: results/<scenario name>)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: fastest for these small networks)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_overrides(p)
+    p.set_defaults(handler=handle)
+
+
+def parse_methods(text: str | None) -> list[str]:
+    """Method names from ``a,b,c``; ``retrain`` is added first when missing (the reference)."""
+    from simulator.unlearners import registered_unlearners, unlearner_class
+
+    names = (
+        list(registered_unlearners())
+        if text is None
+        else [t.strip() for t in text.split(",") if t.strip()]
+    )
+    if not names:
+        raise ConfigError("give at least one method", "--methods")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"a method is named twice: {names}", "--methods")
+    for name in names:
+        unlearner_class(name)
+    return names if "retrain" in names else ["retrain", *names]
+
+
+def parse_options(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """``METHOD.KEY=VALUE`` items (VALUE read as YAML) grouped by method."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        method, dot, option = key.partition(".")
+        if not sep or not dot or not option:
+            raise ConfigError(f"expected METHOD.KEY=VALUE, got {item!r}", "--option")
+        if method not in methods:
+            raise ConfigError(f"method {method!r} is not compared ({methods})", "--option")
+        out.setdefault(method, {})[option] = yaml.safe_load(value)
+    return out
+
+
+def parse_checkpoints(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"expected integers like 25,75,200, got {text!r}", "--checkpoints"
+        ) from None
+    if not values or min(values) < 1:
+        raise ConfigError("checkpoints must be positive integers", "--checkpoints")
+    return values
+
+
+def command_line(args: argparse.Namespace, folder: Path) -> str:
+    """The command that reproduces this comparison, every choice spelt out."""
+    parts = [
+        "unlearnsim",
+        "compare",
+        args.scenario,
+        "--methods",
+        ",".join(parse_methods(args.methods)),
+    ]
+    parts += ["--seeds", str(args.seeds)]
+    if args.checkpoints is not None:
+        parts += ["--checkpoints", args.checkpoints]
+    for item in args.options:
+        parts += ["--option", item]
+    for item in args.overrides:
+        parts += ["--set", item]
+    parts += ["--torch-threads", str(args.torch_threads), "--output", str(folder)]
+    if args.no_plots:
+        parts.append("--no-plots")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from simulator.compare import build_workload, run_comparison, write_comparison
+    from simulator.compare.threads import torch_threads
+    from simulator.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, overrides=args.overrides)
+    methods = parse_methods(args.methods)
+    options = parse_options(args.options, methods)
+    checkpoints = parse_checkpoints(args.checkpoints)
+    if args.seeds < 1:
+        raise ConfigError("must be >= 1", "--seeds")
+    seeds = [scenario.seed + i for i in range(args.seeds)]
+    folder = Path(args.output) if args.output else Path("results") / scenario.name
+    console.print(f"comparing {', '.join(methods)} on {scenario.name}, seeds {seeds}")
+
+    with torch_threads(args.torch_threads):
+        comparison = run_comparison(
+            lambda seed: build_workload(scenario, seed, checkpoints=checkpoints),
+            methods,
+            seeds=seeds,
+            options=options,
+            progress=lambda text: console.print(f"  {text}", highlight=False),
+        )
+    files = write_comparison(
+        comparison, folder, command=command_line(args, folder), plots=not args.no_plots
+    )
+    console.print(files["table"].read_text(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {folder} in {comparison.seconds:.0f} s")
+    return 0

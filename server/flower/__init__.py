@@ -1,0 +1,2 @@
+"""Flower adapters on the server side: the fleet of SuperNodes, the transport the runner uses,
+and the simulation / Deployment Engine launchers (``docs/flower.md``)."""

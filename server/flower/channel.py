@@ -1,0 +1,221 @@
+"""Flower-backed clients for the runner: proxies with a mirror, and the parallel fan-out.
+
+:class:`FlowerClientChannel` answers the client protocol for one partition by sending
+messages through the :class:`~server.flower.fleet.Fleet`. Which of its rows are still retained
+is mirrored on the server (every deletion goes through the server, and the mirror changes only
+on the client's confirmation), so validation (``unknown_ids``), routing and counts need no
+round trip. :class:`FlowerFanout` sends head statistics and deletions to all the clients of
+one call in a single round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+from numpy.typing import NDArray
+
+from clients import records as rec
+from server.flower.stats_cache import StatisticsCache, head_key
+from simulator.errors import ClientUnavailableError
+from simulator.federation import WeightReport
+from simulator.federation.codec import decode_deletion, decode_statistics
+from simulator.head.data import DeletionStatistics
+from simulator.head.logistic import ShardStatistics
+
+if TYPE_CHECKING:
+    from server.flower.transport import FlowerTransport
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class WeightsView:
+    """A client's row weights (0 when deleted) and its retained local row indices."""
+
+    weights: FloatArray
+    retained_ids: IntArray
+
+
+def weight_report(reply: ConfigRecord) -> WeightReport | None:
+    """The weight spread a client reported (``w_*`` entries), if any."""
+    spread = {k[2:]: rec.get_number(reply, k) for k in reply if k.startswith("w_")}
+    return WeightReport(**spread) if spread else None
+
+
+class FlowerClientChannel:
+    """One remote client, as :class:`~simulator.runner.transport.RunnerClient`.
+
+    Parameters
+    ----------
+    transport : the Flower transport that sends the messages.
+    client_id : partition id.
+    rows : global ids of the client's rows (the server's ``split_clients``).
+    status : the client's ``train.setup`` reply (retained count, max weight, weight spread).
+    """
+
+    def __init__(
+        self, transport: FlowerTransport, client_id: int, rows: IntArray, status: ConfigRecord
+    ) -> None:
+        self._transport = transport
+        self.client_id = client_id
+        self._rows = np.asarray(rows, dtype=np.int64)
+        self._local = {int(g): i for i, g in enumerate(self._rows)}
+        self._active = np.ones(self._rows.size, dtype=bool)
+        self._max_weight = rec.get_number(status, "max-weight", 0.0)
+        self.last_weights = weight_report(status)
+        self._view: WeightsView | None = None
+
+    # ------------------------------------------------------------ mirror
+    @property
+    def retained_ids(self) -> IntArray:
+        return self._rows[self._active]
+
+    @property
+    def retained_count(self) -> int:
+        return int(self._active.sum())
+
+    def max_weight(self) -> float:
+        return self._max_weight
+
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        out = []
+        for i in ids:
+            local = self._local.get(int(i))
+            if local is None or not self._active[local]:
+                out.append(int(i))
+        return out
+
+    def confirm_deletion(self, ids: Sequence[int], status: ConfigRecord) -> str | None:
+        """The client deleted ``ids``: update the mirror; returns a disagreement, if any."""
+        self._active[[self._local[int(i)] for i in ids]] = False
+        self._max_weight = rec.get_number(status, "max-weight", self._max_weight)
+        self.last_weights = weight_report(status) or self.last_weights
+        self._view = None
+        reported = rec.get_int(status, "retained")
+        if reported != self.retained_count:
+            return f"reports {reported} retained rows, the server expects {self.retained_count}"
+        return None
+
+    # ------------------------------------------------------------ round trips
+    def statistics(
+        self,
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
+    ) -> ShardStatistics:
+        fan = self._transport.fanout
+        return fan.statistics(
+            [self.client_id], W, hessian=hessian, gram=gram, hessian_at=hessian_at
+        )[self.client_id]
+
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        return self._transport.fanout.delete({self.client_id: ids}, W=W, W_ref=W_ref)[
+            self.client_id
+        ]
+
+    @property
+    def data(self) -> WeightsView:
+        """Current weights (one ``query.weights`` round trip for every stale client)."""
+        if self._view is None:
+            self._transport.refresh_weights()
+        assert self._view is not None
+        return self._view
+
+    def set_weights(self, weights: FloatArray) -> None:
+        self._view = WeightsView(weights, np.flatnonzero(self._active).astype(np.int64))
+
+    @property
+    def stale(self) -> bool:
+        return self._view is None
+
+    def retained_weights(self) -> tuple[IntArray, FloatArray]:
+        view = self.data
+        return self._rows[view.retained_ids], view.weights[view.retained_ids]
+
+
+class FlowerFanout:
+    """Head statistics and deletions for many clients in one round trip (with a cache)."""
+
+    def __init__(self, transport: FlowerTransport) -> None:
+        self._transport = transport
+        self.cache = StatisticsCache.empty()
+
+    def statistics(
+        self,
+        clients: Sequence[int],
+        W: FloatArray,
+        *,
+        hessian: bool,
+        gram: bool = False,
+        hessian_at: FloatArray | None = None,
+    ) -> dict[int, ShardStatistics]:
+        key = head_key(W, hessian_at)
+        ask_hessian = self.cache.ask_hessian(hessian)
+        out: dict[int, ShardStatistics] = {}
+        for c in clients:
+            hit = self.cache.get(c, key, hessian=hessian, gram=gram)
+            if hit is not None:
+                out[c] = hit
+        missing = [c for c in clients if c not in out]
+        if not missing:
+            return out
+        head = {"W": W} if hessian_at is None else {"W": W, "hessian_at": hessian_at}
+
+        def content() -> RecordDict:
+            return RecordDict(
+                {
+                    rec.HEAD: rec.to_array_record(head),
+                    rec.CONFIG: rec.config({"hessian": ask_hessian, "gram": gram}),
+                }
+            )
+
+        ex = self._transport.send({c: (rec.STATISTICS, content) for c in missing}, repeatable=True)
+        if ex.failures:
+            raise ClientUnavailableError(ex.failures, "head statistics")
+        for c, reply in ex.replies.items():
+            stats = decode_statistics(rec.from_array_record(reply.array_records[rec.RESULT]))
+            self.cache.put(c, key, stats)
+            answer = self.cache.get(c, key, hessian=hessian, gram=gram)
+            assert answer is not None
+            out[c] = answer
+        return out
+
+    def seed(self, client: int, W: FloatArray, stats: ShardStatistics) -> None:
+        """An answer the client sent unasked (``train.setup`` prefetches the first one)."""
+        self.cache.put(client, head_key(W, None), stats)
+
+    def delete(
+        self, groups: Mapping[int, Sequence[int]], *, W: FloatArray, W_ref: FloatArray
+    ) -> dict[int, DeletionStatistics]:
+        def content(ids: Sequence[int]) -> Callable[[], RecordDict]:
+            arrays = {"ids": np.asarray(ids, dtype=np.int64)}
+            return lambda: RecordDict(
+                {
+                    rec.IDS: rec.to_array_record(arrays),
+                    rec.HEAD: rec.to_array_record({"W": W, "W_ref": W_ref}),
+                }
+            )
+
+        requests = {c: (rec.UNLEARN, content(ids)) for c, ids in groups.items()}
+        self.cache.last_had_hessian = False
+        for c in groups:
+            self.cache.drop(c)
+        ex = self._transport.send(requests, repeatable=False)
+        out: dict[int, DeletionStatistics] = {}
+        failures = dict(ex.failures)
+        for c, reply in sorted(ex.replies.items()):
+            channel = self._transport.channel(c)
+            problem = channel.confirm_deletion(groups[c], reply.config_records[rec.REPLY])
+            if problem is not None:
+                failures[c] = problem
+            out[c] = decode_deletion(rec.from_array_record(reply.array_records[rec.RESULT]))
+        if failures:
+            raise ClientUnavailableError(failures, "deletion")
+        return out

@@ -1,0 +1,170 @@
+"""``--transport flower-deploy``: the federation on Flower's Deployment Engine.
+
+Starts a local SuperLink and one SuperNode per client (:class:`LocalFederation`), or uses an
+existing SuperLink (``--superlink HOST:PORT``, see ``docs/flower.md`` for several machines),
+submits this project as a Flower app with ``flwr run`` (the ServerApp then runs under the
+SuperLink, the ClientApps under the SuperNodes), waits for the run to finish while showing
+its events, and stops what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from server.flower.environment import flower_env
+from server.flower.processes import FlowerProcessError, LocalFederation, executable
+from server.flower.settings import APP_DIR, FleetSettings
+from simulator.runner import RunResult
+from simulator.scenario import Scenario, scenario_to_yaml
+
+CONNECTION = "unlearnsim"
+
+
+def run_deployed(
+    scenario: Scenario,
+    folder: Path,
+    settings: FleetSettings,
+    *,
+    superlink: str | None = None,
+    console: Console | None = None,
+    wall_limit: float = 6 * 3600.0,
+    plots: bool = True,
+) -> RunResult:
+    """Run ``scenario`` on the Deployment Engine; outputs in ``folder`` (the ServerApp's)."""
+    console = console or Console()
+    folder = folder.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    flower = folder / "flower"
+    scenario_file = flower / "scenario.yaml"
+    flower.mkdir(exist_ok=True)
+    scenario_file.write_text(scenario_to_yaml(scenario))
+    local = (
+        LocalFederation(flower, scenario.partition.num_clients)
+        if superlink is None
+        else nullcontext(None)
+    )
+    with local as fed:
+        address = fed.address if fed is not None else str(superlink)
+        if fed is not None:
+            console.print(f"started a SuperLink at {address} and {fed.num_clients} SuperNodes")
+        home = flower / "home" / "cli"
+        _write_connection(home, address)
+        run_id = _submit(home, flower, scenario_file, folder, settings, plots)
+        console.print(f"Flower run {run_id} submitted; waiting for it to finish")
+        status = _wait(home, run_id, folder, console, wall_limit)
+    if status != "finished:completed":
+        raise FlowerProcessError(
+            f"Flower run {run_id} ended as {status}; see {flower}/*.log and the run's events"
+        )
+    metrics = folder / "metrics.json"
+    if not metrics.exists():  # a remote SuperLink: the ServerApp wrote the folder over there
+        console.print(
+            f"run {run_id} completed; its outputs are in {folder} on the SuperLink's machine"
+        )
+        return RunResult(folder, {}, [])
+    console.print((folder / "summary.md").read_text())
+    return RunResult(folder, json.loads(metrics.read_text()), [])
+
+
+def _write_connection(home: Path, address: str) -> None:
+    """Flower's config (``FLWR_HOME/config.toml``): one SuperLink connection named unlearnsim."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "{address}"\ninsecure = true\n'
+    )
+
+
+def _flwr(home: Path, args: list[str], timeout: float) -> dict[str, Any]:
+    cmd = [executable("flwr"), *args, "--format", "json"]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env=flower_env(home), cwd=APP_DIR, timeout=timeout
+    )
+    start = out.stdout.find("{")
+    try:
+        data: dict[str, Any] = json.loads(out.stdout[start:]) if start >= 0 else {}
+    except json.JSONDecodeError:
+        data = {}
+    if out.returncode != 0 or not data.get("success", False):
+        raise FlowerProcessError(
+            f"`flwr {' '.join(args[:1])}` failed: {(out.stdout + out.stderr).strip()[-2000:]}"
+        )
+    return data
+
+
+def _submit(
+    home: Path,
+    flower: Path,
+    scenario_file: Path,
+    folder: Path,
+    settings: FleetSettings,
+    plots: bool,
+) -> str:
+    config = {
+        "plots": plots,
+        "scenario": str(scenario_file),
+        "output-dir": str(folder),
+        "transport": "flower-deploy",
+        "timeout": float(settings.timeout),
+        "train-timeout": float(settings.train_timeout),
+        "retries": int(settings.retries),
+        "poll-interval": float(settings.poll_interval),
+        "node-wait": float(settings.node_wait),
+    }
+    args = ["run", str(APP_DIR), CONNECTION]
+    for key, value in config.items():
+        args += ["--run-config", f"{key}={json.dumps(value)}"]
+    data = _flwr(home, args, timeout=300)
+    run_id = str(data["run-id"])
+    (flower / "run.json").write_text(json.dumps(data, indent=2) + "\n")
+    return run_id
+
+
+def _wait(home: Path, run_id: str, folder: Path, console: Console, wall_limit: float) -> str:
+    """Poll the run's status, echoing new events; stop the run past ``wall_limit``."""
+    deadline = time.monotonic() + wall_limit
+    shown = 0
+    while True:
+        shown = _echo_events(folder / "events.jsonl", shown, console)
+        runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
+        status = str(runs[0]["status"]) if runs else "unknown"
+        if status.startswith("finished"):
+            _echo_events(folder / "events.jsonl", shown, console)
+            return status
+        if time.monotonic() > deadline:
+            _flwr(home, ["stop", run_id, CONNECTION], timeout=120)
+            raise FlowerProcessError(f"Flower run {run_id} exceeded {wall_limit:g} s; stopped")
+        time.sleep(2.0)
+
+
+def _echo_events(path: Path, shown: int, console: Console) -> int:
+    if not path.exists():
+        return shown
+    lines = path.read_text().splitlines()
+    for line in lines[shown:]:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return shown  # a line being written
+        console.print(_describe(event), markup=False, highlight=False)
+        shown += 1
+    return shown
+
+
+def _describe(event: dict[str, Any]) -> str:
+    kind = event.get("event")
+    if kind == "deletion_batch":
+        failed = event.get("client_failures")
+        return (
+            f"batch {event.get('batch')}: {event.get('requests')} requests, "
+            f"{event.get('rejected')} rejected, removed {event.get('removed_total')}"
+            + (f", failed clients {failed}" if failed else "")
+        )
+    return f"{kind}"

@@ -1,0 +1,43 @@
+"""Environment of every Flower process we start (infra.md, "Flower").
+
+* ``FLWR_HOME`` inside the run folder: Flower's config, installed app bundles and logs stay
+  with the run and never touch ``~/.flwr``;
+* no telemetry, no update check, no runtime dependency installation (otherwise the SuperLink
+  runs ``uv sync`` and downloads gigabytes: every machine must already have the environment);
+* Ray binds to loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``);
+* the SuperExec polls for tasks every 0.1 s instead of 1 s (it launches each ClientApp and
+  ServerApp process), which trims every Deployment Engine round trip;
+* this Python environment's scripts first on ``PATH`` (the SuperLink and SuperNodes start
+  ``flower-superexec``, ``flwr-serverapp`` and ``flwr-clientapp`` by name).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+FLOWER_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+}
+
+
+def flower_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) plus the Flower settings above."""
+    env = dict(os.environ if base is None else base)
+    env.update(FLOWER_ENV)
+    env["FLWR_HOME"] = str(home)
+    scripts = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")])
+    home.mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def apply_flower_env(home: Path) -> None:
+    """Set the Flower settings in this process (the simulation runs here)."""
+    os.environ.update(flower_env(home))

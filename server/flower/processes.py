@@ -1,0 +1,199 @@
+"""Processes of a local Deployment Engine: a SuperLink and one SuperNode per client.
+
+Everything is started on 127.0.0.1 with free ports, each process in its own session (so its
+process group id is its PID), logs under ``<run>/flower/``, and the PIDs in
+``<run>/flower/processes.json``. :meth:`LocalFederation.stop` stops exactly what was started:
+SIGTERM to each started process group, then SIGKILL to whatever of those groups, and of the
+descendants recorded before stopping (a SuperExec runs in a session of its own), is still
+alive after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from server.flower.environment import flower_env
+from simulator.errors import UnlearnSimError
+
+
+class FlowerProcessError(UnlearnSimError, RuntimeError):
+    """A Flower process could not be started, or a Flower run failed."""
+
+
+def executable(name: str) -> str:
+    """A Flower command from this Python environment (next to ``sys.executable``)."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes], name: str) -> None:
+    """Block until ``127.0.0.1:port`` accepts connections."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FlowerProcessError(f"{name} exited with code {proc.returncode} at start")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise FlowerProcessError(f"{name} did not listen on port {port} within {timeout:g} s")
+
+
+def _descendants(pids: set[int]) -> set[int]:
+    """PIDs whose parent chain leads to ``pids`` (Linux ``/proc``; empty elsewhere)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+            parent[int(entry.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found: set[int] = set()
+    frontier = set(pids)
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class LocalFederation:
+    """A SuperLink and ``num_clients`` SuperNodes (partition ids 0..n-1) on 127.0.0.1.
+
+    Use as a context manager; ``address`` is the SuperLink's address once started.
+    """
+
+    folder: Path
+    num_clients: int
+    startup_timeout: float = 60.0
+    grace: float = 15.0
+    address: str = ""
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __enter__(self) -> LocalFederation:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        """Start the SuperLink, wait for it, start the SuperNodes; return the address."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        link = self._spawn(
+            "superlink",
+            [
+                executable("flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
+        wait_for_port(port, self.startup_timeout, link, "the SuperLink")
+        self.address = f"127.0.0.1:{port}"
+        for c in range(self.num_clients):
+            config = f"partition-id={c} num-partitions={self.num_clients}"
+            self._spawn(
+                f"supernode-{c}",
+                [
+                    executable("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    self.address,
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    config,
+                ],
+            )
+        self._record()
+        return self.address
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.folder / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=flower_env(self.folder / "home" / name),
+            cwd=self.folder,
+            start_new_session=True,
+        )
+        log.close()
+        self.processes[name] = proc
+        return proc
+
+    def _record(self) -> None:
+        pids = {name: p.pid for name, p in self.processes.items()}
+        payload = {"superlink": self.address, "pids": pids}
+        (self.folder / "processes.json").write_text(json.dumps(payload, indent=2) + "\n")
+
+    def supernode_pid(self, client_id: int) -> int:
+        return self.processes[f"supernode-{client_id}"].pid
+
+    def stop(self) -> None:
+        """Stop every process this object started (and their recorded descendants)."""
+        started = {p.pid for p in self.processes.values() if p.poll() is None}
+        family = _descendants(started) | started
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and any(_alive(p) for p in family):
+            for proc in self.processes.values():
+                proc.poll()  # reap our direct children
+            time.sleep(0.2)
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for pid in family:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for proc in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)

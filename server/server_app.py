@@ -1,0 +1,133 @@
+"""The Flower ServerApp: the scenario's federation, trained and unlearned over Flower.
+
+``main`` parses the run config once (:class:`~server.flower.settings.RunConfig`), maps
+partition ids to SuperNodes, and runs the same runner as the in-process transport
+(:func:`simulator.runner.run_scenario`) over a :class:`~server.flower.transport.FlowerTransport`:
+FedAvg rounds of the extractor, the certified head solved by federated Newton, then the
+deletion stream, each deletion sent only to the clients that own the samples. Outputs are the
+usual run folder plus ``head.npz``, ``clients.json``, ``transport.json`` (time per message
+type: Flower round trips against the clients' compute) and ``flower-server.log`` (client
+failures, retries, the partition -> node map).
+
+``flwr run . CONNECTION`` uses the module-level ``app``; :func:`make_server_app` builds one
+bound to an explicit scenario for ``run_simulation`` (which passes an empty run config).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from rich.console import Console
+
+from server.flower.fleet import Fleet
+from server.flower.settings import FleetSettings, RunConfig
+from server.flower.transport import FlowerTransport
+from simulator.runner import RunResult, run_scenario
+from simulator.runner.artifacts import artifact_writer
+from simulator.scenario import Scenario, load_scenario
+
+TRANSPORT_FILE = "transport.json"
+SERVER_LOG = "flower-server.log"
+EventCallback = Callable[[dict[str, Any], Any], None]
+
+
+def run_on_grid(
+    grid: Grid,
+    scenario: Scenario,
+    settings: FleetSettings,
+    *,
+    output_dir: str | Path,
+    transport: str,
+    console: Console | None = None,
+    on_event: Sequence[EventCallback] = (),
+    plots: bool = True,
+) -> RunResult:
+    """Run ``scenario`` with the clients behind ``grid``; write the run folder."""
+    console = console or Console(highlight=False)
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    log_file = folder / SERVER_LOG
+
+    def log(line: str) -> None:
+        console.print(line, markup=False, highlight=False)
+        with log_file.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    fleet = Fleet(grid, settings, scenario.partition.num_clients, log=log)
+    fleet.connect()
+    flower = FlowerTransport(fleet, scenario, name=transport)
+    try:
+        return run_scenario(
+            scenario,
+            output_dir=folder,
+            console=console,
+            progress=False,
+            plots=plots,
+            transport=flower,
+            on_event=[*on_event, artifact_writer(folder)],
+        )
+    except Exception:
+        log(f"the run failed:\n{traceback.format_exc()}")
+        raise
+    finally:  # also after a failure: where the time went until then
+        (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
+
+
+def make_server_app(
+    scenario: Scenario,
+    settings: FleetSettings,
+    *,
+    output_dir: str | Path,
+    transport: str = "flower-sim",
+    results: list[RunResult] | None = None,
+    on_event: Sequence[EventCallback] = (),
+    plots: bool = True,
+) -> ServerApp:
+    """A ServerApp bound to ``scenario`` (for ``run_simulation``); results go to ``results``."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        result = run_on_grid(
+            grid,
+            scenario,
+            settings,
+            output_dir=output_dir,
+            transport=transport,
+            on_event=on_event,
+            plots=plots,
+        )
+        if results is not None:
+            results.append(result)
+
+    return server_app
+
+
+def engine_name(grid: Grid) -> str:
+    """``flower-sim`` on the simulation engine's in-memory grid, else ``flower-deploy``."""
+    return "flower-sim" if type(grid).__name__ == "InMemoryGrid" else "flower-deploy"
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """``flwr run`` entry point: everything comes from the run config."""
+    config = RunConfig.from_run_config(dict(context.run_config))
+    scenario = load_scenario(config.scenario_path())
+    run_on_grid(
+        grid,
+        scenario,
+        config.fleet,
+        output_dir=config.output_dir or scenario.output_dir,
+        transport=engine_name(grid) if config.transport == "auto" else config.transport,
+        plots=config.plots,
+    )

@@ -1,0 +1,257 @@
+"""Run unlearning methods on identical workloads and measure them at the same removal counts.
+
+For every seed and method: :meth:`fit` on all training rows, then the workload's removal steps
+in order; at each checkpoint (and before the first removal) the method is measured:
+
+* utility: accuracy and weighted F1 (the paper's ACC and F1, Sec. 4.1) on the in-distribution
+  test split and on the label-swap OOD split (:mod:`simulator.metrics.utility`);
+* cost: the removal seconds summed since :meth:`fit` (wall clock of :meth:`remove` only), the
+  number of :meth:`remove` calls and of fallbacks to retraining;
+* privacy: ROC AUC of a loss-threshold membership attack (Yeom et al., CSF 2018): the score
+  ``log p_y`` of every method's own class probabilities, members = samples removed so far,
+  non-members = the in-distribution test split, equal numbers drawn by a seeded generator
+  (:func:`simulator.metrics.roc.roc_auc`). The retrained model's value is the target;
+* closeness to retrain: the share of test and OOD predictions that differ from ``retrain``'s
+  at the same checkpoint and seed, and the accuracy gap (added by :func:`attach_retrain`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.compare.workload import Workload
+from simulator.errors import InputError
+from simulator.metrics.roc import roc_auc
+from simulator.metrics.utility import accuracy, weighted_f1
+from simulator.unlearners import BaseUnlearner, create_unlearner
+from simulator.unlearners.seeds import child_rng
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+#: Most members (and as many non-members) one membership AUC uses.
+MIA_SAMPLES = 1000
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One method, one seed, one checkpoint. NaN where a number does not apply."""
+
+    method: str
+    seed: int
+    removed: int
+    acc_test: float
+    f1_test: float
+    acc_ood: float
+    f1_ood: float
+    removal_seconds: float
+    removal_calls: int
+    retrains: int
+    mia_auc: float
+    fit_seconds: float
+    disagreement: float = float("nan")
+    acc_gap: float = float("nan")
+    predictions: dict[str, IntArray] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FitRecord:
+    """What :meth:`fit` reported for one method and seed."""
+
+    method: str
+    seed: int
+    seconds: float
+    info: dict[str, float]
+    notes: tuple[str, ...]
+
+
+def membership_auc(
+    unlearner: BaseUnlearner[Any], forget: IntArray, workload: Workload, rng: np.random.Generator
+) -> float:
+    """Loss-threshold attack AUC, forget set vs test split (module docstring); NaN if empty."""
+    test = workload.splits["test"]
+    k = min(forget.size, test.y.size, MIA_SAMPLES)
+    if k == 0:
+        return float("nan")
+    members = np.sort(rng.choice(forget, size=k, replace=False))
+    holdout = np.sort(rng.choice(test.y.size, size=k, replace=False))
+    train = workload.train
+
+    def log_py(x: NDArray[Any], y: IntArray) -> FloatArray:
+        p = unlearner.predict_proba(x)[np.arange(y.size), y]
+        return np.log(np.clip(p, 1e-12, 1.0))
+
+    return roc_auc(
+        log_py(train.x[members], train.y[members]), log_py(test.x[holdout], test.y[holdout])
+    )
+
+
+def measure(
+    unlearner: BaseUnlearner[Any],
+    workload: Workload,
+    *,
+    removed: int,
+    forget: IntArray,
+    seconds: float,
+    calls: int,
+    retrains: int,
+    fit_seconds: float,
+) -> Measurement:
+    """Evaluate ``unlearner`` now (see the module docstring)."""
+    scores: dict[str, float] = {}
+    predictions: dict[str, IntArray] = {}
+    for split in ("test", "ood"):
+        data = workload.splits.get(split)
+        if data is None:
+            scores[f"acc_{split}"] = scores[f"f1_{split}"] = float("nan")
+            continue
+        pred = unlearner.predict(data.x)
+        predictions[split] = pred
+        scores[f"acc_{split}"] = accuracy(data.y, pred)
+        scores[f"f1_{split}"] = weighted_f1(data.y, pred)
+    rng = child_rng(workload.seed, "mia", unlearner.name, removed)
+    return Measurement(
+        method=unlearner.name,
+        seed=workload.seed,
+        removed=removed,
+        removal_seconds=seconds,
+        removal_calls=calls,
+        retrains=retrains,
+        mia_auc=membership_auc(unlearner, forget, workload, rng),
+        fit_seconds=fit_seconds,
+        predictions=predictions,
+        **scores,
+    )
+
+
+def run_method(
+    name: str,
+    workload: Workload,
+    *,
+    options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[Measurement], FitRecord]:
+    """Fit one method on ``workload`` and walk its removal steps, measuring at checkpoints."""
+    unlearner = create_unlearner(name, workload.settings, **dict(options or {}))
+    report = unlearner.fit(workload.train, seed=workload.seed)
+    out: list[Measurement] = []
+    seconds, retrains = 0.0, 0
+    removed: list[IntArray] = []
+
+    def snapshot(calls: int) -> None:
+        forget = np.concatenate(removed) if removed else np.zeros(0, dtype=np.int64)
+        out.append(
+            measure(
+                unlearner,
+                workload,
+                removed=workload.evaluate_after[calls],
+                forget=forget,
+                seconds=seconds,
+                calls=calls,
+                retrains=retrains,
+                fit_seconds=report.seconds,
+            )
+        )
+        if progress is not None:
+            progress(f"{name} seed {workload.seed}: {forget.size} removed")
+
+    snapshot(0)
+    for i, ids in enumerate(workload.steps, start=1):
+        outcome = unlearner.remove(ids)
+        seconds += outcome.seconds
+        retrains += int(outcome.retrained)
+        removed.append(ids)
+        if i in workload.evaluate_after:
+            snapshot(i)
+    return out, FitRecord(name, workload.seed, report.seconds, report.info, report.notes)
+
+
+def attach_retrain(measurements: Sequence[Measurement]) -> list[Measurement]:
+    """Fill ``disagreement`` and ``acc_gap`` from ``retrain``'s measurement at the same point."""
+    reference = {(m.seed, m.removed): m for m in measurements if m.method == "retrain"}
+    out = []
+    for m in measurements:
+        ref = reference.get((m.seed, m.removed))
+        if ref is None:
+            out.append(m)
+            continue
+        differ = [
+            np.asarray(m.predictions[s] != ref.predictions[s])
+            for s in m.predictions
+            if s in ref.predictions
+        ]
+        share = float(np.concatenate(differ).mean()) if differ else float("nan")
+        out.append(replace(m, disagreement=share, acc_gap=m.acc_ood - ref.acc_ood))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every measurement and fit record of a comparison, plus notes and its wall time."""
+
+    scenario: str
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    measurements: tuple[Measurement, ...]
+    fits: tuple[FitRecord, ...]
+    notes: tuple[str, ...]
+    seconds: float
+
+
+def run_comparison(
+    workloads: Sequence[Workload] | Callable[[int], Workload],
+    methods: Sequence[str],
+    *,
+    seeds: Sequence[int] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: Progress | None = None,
+) -> Comparison:
+    """Run ``methods`` on every workload (one per seed); see the module docstring.
+
+    ``workloads`` is a list, or a function of the seed that builds one (with ``seeds``), so a
+    long comparison holds one seed's data at a time.
+    """
+    started = time.perf_counter()
+    if callable(workloads):
+        if seeds is None:
+            raise InputError("seeds are needed when workloads is a function")
+        make = workloads
+        seed_list = list(seeds)
+    else:
+        given = list(workloads)
+        by_seed = {w.seed: w for w in given}
+        seed_list = [w.seed for w in given]
+
+        def make(seed: int) -> Workload:
+            return by_seed[seed]
+
+    measurements: list[Measurement] = []
+    fits: list[FitRecord] = []
+    notes: list[str] = []
+    scenario = ""
+    for seed in seed_list:
+        workload = make(seed)
+        scenario = workload.scenario.name
+        notes.extend(n for n in workload.notes if n not in notes)
+        for name in methods:
+            got, fit = run_method(
+                name, workload, options=(options or {}).get(name), progress=progress
+            )
+            measurements.extend(got)
+            fits.append(fit)
+            notes.extend(f"{name}: {n}" for n in fit.notes if f"{name}: {n}" not in notes)
+    return Comparison(
+        scenario,
+        tuple(methods),
+        tuple(seed_list),
+        tuple(attach_retrain(measurements)),
+        tuple(fits),
+        tuple(notes),
+        time.perf_counter() - started,
+    )

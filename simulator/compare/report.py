@@ -1,0 +1,68 @@
+"""Write a comparison's outputs: tables (Markdown, CSV), raw runs, fit records, PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from simulator.compare.harness import Comparison
+from simulator.compare.plots import plot_comparison
+from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def write_comparison(
+    comparison: Comparison, folder: Path, *, command: str, plots: bool = True
+) -> dict[str, Path]:
+    """Write every output file into ``folder`` (created); returns them by role.
+
+    ``command.txt`` holds ``command``, the exact command line that produced the folder.
+    """
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    summaries = summarize(comparison.measurements, comparison.methods)
+    files = {
+        "table": folder / "table.md",
+        "summary": folder / "summary.csv",
+        "runs": folder / "runs.csv",
+        "fits": folder / "fits.json",
+        "command": folder / "command.txt",
+    }
+    files["table"].write_text(markdown(comparison, summaries))
+    files["summary"].write_text(summary_csv(summaries))
+    files["runs"].write_text(runs_csv(comparison.measurements))
+    fits = [
+        {"method": f.method, "seed": f.seed, "seconds": f.seconds, "info": _finite(f.info)}
+        for f in comparison.fits
+    ]
+    meta = {
+        "scenario": comparison.scenario,
+        "methods": list(comparison.methods),
+        "seeds": list(comparison.seeds),
+        "wall_seconds": comparison.seconds,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "notes": list(comparison.notes),
+        "fits": fits,
+    }
+    files["fits"].write_text(json.dumps(meta, indent=2) + "\n")
+    files["command"].write_text(command.rstrip("\n") + "\n")
+    if plots:
+        for path in plot_comparison(
+            folder, summaries, comparison.methods, f"{comparison.scenario}: mean ± std over seeds"
+        ):
+            files[path.stem] = path
+    return files

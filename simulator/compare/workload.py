@@ -1,0 +1,218 @@
+"""One seed of a comparison: the data, the evaluation splits and the removal schedule.
+
+Everything is derived from the scenario exactly as the runner derives it, so every method sees
+the same rows, the same test and OOD splits and the same deletion stream:
+
+* data: :func:`simulator.runner.setup.load_dataset`; client shards:
+  :func:`simulator.runner.setup.split_clients` (they become ``TrainingSet.groups``, SISA's
+  shards);
+* evaluation: the in-distribution test split and the paper's label-swap OOD split
+  (:func:`simulator.runner.evaluation.build_eval_sets`, DecoRemoval Sec. 4.2);
+* removals: :func:`simulator.stream.generate_stream` grouped by
+  :func:`simulator.stream.batches`; a client withdrawal names the client's retained rows.
+
+Unlike the runner, the comparison trains centrally (no federation): the extractor's FedAvg
+budget of ``rounds x local_epochs`` passes becomes as many central epochs. A batch that crosses
+a checkpoint is cut there, so every method is evaluated after exactly that many removals; the
+schedule ends at the last checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.data.dataset import Dataset
+from simulator.errors import ConfigError
+from simulator.features.decorrelation import DecorrelationConfig
+from simulator.head import HeadConfig
+from simulator.models import BackboneSpec
+from simulator.runner.evaluation import build_eval_sets, original_labels
+from simulator.runner.seeds import stage_rng
+from simulator.runner.setup import load_dataset, split_clients
+from simulator.scenario import Scenario
+from simulator.stream import DeletionRequest, batches, generate_stream
+from simulator.unlearners import ModelSettings, TrainingSet
+
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class EvalSplit:
+    """Inputs and labels of one evaluation split."""
+
+    x: NDArray[Any]
+    y: IntArray
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """What every method of one seed is trained, unlearnt and evaluated on.
+
+    ``steps[i]`` are the ids of the ``i``-th :meth:`remove` call; ``evaluate_after`` maps a
+    number of completed steps to the removal count it reaches (a checkpoint; 0 = before any
+    removal).
+    """
+
+    scenario: Scenario
+    seed: int
+    train: TrainingSet
+    splits: dict[str, EvalSplit]
+    steps: tuple[IntArray, ...]
+    evaluate_after: dict[int, int]
+    settings: ModelSettings
+    notes: tuple[str, ...]
+
+    @property
+    def checkpoints(self) -> tuple[int, ...]:
+        """Removal counts at which the methods are evaluated, 0 first."""
+        return tuple(sorted(self.evaluate_after.values()))
+
+
+def settings_from_scenario(scenario: Scenario) -> ModelSettings:
+    """Shared model settings from a scenario's ``model``, ``rff``, ``head``, ``decorrelation``."""
+    m, h, dc = scenario.model, scenario.head, scenario.decorrelation
+    bandwidth = scenario.rff.bandwidth
+    return ModelSettings(
+        backbone=BackboneSpec(
+            kind=m.backbone,
+            feature_dim=m.feature_dim,
+            hidden=tuple(m.hidden),
+            embed_dim=m.embed_dim,
+            heads=m.heads,
+            layers=m.layers,
+        ),
+        epochs=max(1, m.rounds * m.local_epochs),
+        batch_size=m.batch_size,
+        lr=m.lr,
+        rff_dim=scenario.rff.dim,
+        rff_bandwidth=None if bandwidth == "median" else float(bandwidth),
+        head=HeadConfig(
+            lam=h.lam,
+            sigma=h.sigma,
+            epsilon=h.epsilon,
+            delta=h.delta,
+            bound=h.bound,
+            tol=h.tol,
+            refresh_every=h.refresh_every,
+        ),
+        decorrelation=DecorrelationConfig(
+            features=dc.features,
+            functions=dc.functions,
+            steps=dc.steps,
+            warm_steps=dc.warm_steps,
+            lr=dc.lr,
+            penalty=dc.penalty,
+        ),
+        device=scenario.device,
+    )
+
+
+def expand_requests(
+    requests: Sequence[DeletionRequest], max_batch_requests: int, groups: IntArray
+) -> list[IntArray]:
+    """Sample ids of every deletion batch, in stream order (withdrawals: retained client rows)."""
+    retained = np.ones(groups.size, dtype=bool)
+    out: list[IntArray] = []
+    for batch in batches(requests, max_batch_requests):
+        ids: list[int] = []
+        for request in batch:
+            if request.client_id is not None:
+                rows = np.flatnonzero((groups == request.client_id) & retained)
+                ids.extend(int(i) for i in rows)
+                retained[rows] = False
+            else:
+                assert request.sample_ids is not None
+                fresh = [i for i in request.sample_ids if retained[i]]
+                retained[fresh] = False
+                ids.extend(fresh)
+        if ids:
+            out.append(np.asarray(ids, dtype=np.int64))
+    return out
+
+
+def cut_at_checkpoints(
+    batch_ids: Sequence[IntArray], checkpoints: Sequence[int]
+) -> tuple[list[IntArray], dict[int, int], list[int]]:
+    """Split batches at the checkpoints and stop at the last one that the stream reaches.
+
+    Returns the steps, ``{completed steps: removal count}`` (always ``{0: 0}``; when no
+    checkpoint is reached, the end of the stream is the only one) and the checkpoints the
+    stream is too short for.
+    """
+    total = int(sum(b.size for b in batch_ids))
+    wanted = sorted({int(c) for c in checkpoints if c > 0})
+    reached = [c for c in wanted if c <= total] or ([total] if total else [])
+    missed = [c for c in wanted if c > total]
+    steps: list[IntArray] = []
+    evaluate_after = {0: 0}
+    done, pending = 0, list(reached)
+    for ids in batch_ids:
+        rest = ids
+        while pending and rest.size and done + rest.size >= pending[0]:
+            take = pending[0] - done
+            if take:
+                steps.append(rest[:take])
+            rest, done = rest[take:], pending[0]
+            evaluate_after[len(steps)] = pending.pop(0)
+        if not pending:
+            break
+        if rest.size:
+            steps.append(rest)
+            done += rest.size
+    return steps, evaluate_after, missed
+
+
+def build_workload(
+    scenario: Scenario, seed: int, *, checkpoints: Sequence[int] | None = None
+) -> Workload:
+    """The workload of ``scenario`` run with root seed ``seed`` (see the module docstring)."""
+    sc = scenario.model_copy(update={"seed": seed})
+    if sc.stream.source != "scenario":
+        raise ConfigError("compare generates the stream from the scenario", "stream.source")
+    ds: Dataset = load_dataset(sc)
+    shards, public = split_clients(sc, ds)
+    groups = np.full(ds.n_train, len(shards), dtype=np.int64)  # public pool: its own group
+    for c, rows in enumerate(shards):
+        groups[rows] = c
+    notes = []
+    if public.size:
+        notes.append(
+            "extractor_data 'public' is not reproduced: the comparison trains every extractor "
+            "on all training rows (the public pool is one more SISA shard, never deleted)"
+        )
+    train = TrainingSet(
+        ds.x_train, ds.y_train, ds.num_classes, groups=groups, vocab_size=ds.vocab_size
+    )
+    eval_sets = build_eval_sets(
+        sc, ds, lambda x: np.asarray(x, dtype=np.float64), stage_rng(seed, "ood")
+    )
+    splits = {name: EvalSplit(s.x, s.y) for name, s in eval_sets.base.items()}
+    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
+    requests = generate_stream(
+        sc.stream,
+        client_indices=shards,
+        labels=labels,
+        scenario_name=sc.name,
+        rng=stage_rng(seed, "stream"),
+    )
+    batch_ids = expand_requests(requests, sc.stream.max_batch_requests, groups)
+    wanted = sc.evaluation.checkpoints if checkpoints is None else checkpoints
+    steps, evaluate_after, missed = cut_at_checkpoints(batch_ids, wanted)
+    if missed:
+        total = int(sum(b.size for b in batch_ids))
+        notes.append(f"stream removes only {total} samples: checkpoints {missed} not reached")
+    return Workload(
+        sc,
+        seed,
+        train,
+        splits,
+        tuple(steps),
+        evaluate_after,
+        settings_from_scenario(sc),
+        tuple(notes),
+    )

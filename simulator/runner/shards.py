@@ -1,0 +1,64 @@
+"""What one client builds from the scenario and its partition id (every transport alike).
+
+A client of any transport calls these functions: the Flower ClientApp after rebuilding the
+dataset from the scenario (``load_dataset`` and ``split_clients`` are deterministic), the
+in-process transport directly. So a client's head rows and decorrelation weights do not depend
+on where it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.data.dataset import Dataset
+from simulator.features.decorrelation import DecorrelationConfig
+from simulator.federation import FederatedClient, WeightingPlan
+from simulator.runner.featurize import Featurizer
+from simulator.runner.seeds import stage_seed
+from simulator.scenario import Scenario
+
+IntArray = NDArray[np.int64]
+
+
+def weighting_plan(scenario: Scenario, client_id: int) -> WeightingPlan | None:
+    """Decorrelation settings and the lift seed of ``client_id``; None without decorrelation."""
+    if scenario.method != "decoremoval":
+        return None
+    dc = scenario.decorrelation
+    config = DecorrelationConfig(
+        features=dc.features,
+        functions=dc.functions,
+        steps=dc.steps,
+        warm_steps=dc.warm_steps,
+        lr=dc.lr,
+        penalty=dc.penalty,
+    )
+    root = stage_seed(scenario.seed, "decorrelation")
+    seed = int(np.random.SeedSequence([root, client_id]).generate_state(1)[0])
+    return WeightingPlan(config, seed)
+
+
+def make_client(
+    scenario: Scenario,
+    dataset: Dataset,
+    client_id: int,
+    rows: IntArray,
+    featurizer: Featurizer,
+) -> FederatedClient:
+    """Client ``client_id`` holding training ``rows``: head features and initial weights."""
+    return FederatedClient(
+        client_id,
+        rows,
+        featurizer(dataset.x_train[rows]),
+        dataset.y_train[rows],
+        dataset.num_classes,
+        weighting=weighting_plan(scenario, client_id),
+    )
+
+
+def shard_digest(rows: IntArray) -> str:
+    """A short fingerprint of a shard's global ids (server and client must agree on it)."""
+    return hashlib.sha256(np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()[:16]

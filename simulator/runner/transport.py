@@ -1,0 +1,149 @@
+"""How the runner reaches its clients: one protocol, several transports.
+
+The runner (:func:`simulator.runner.setup.build_federation`, the deletion loop) only ever talks
+to a :class:`ClientTransport`: it asks for FedAvg rounds of the extractor, then for the clients
+of the certified head (:class:`RunnerClient`, the head protocol plus what the loop reads), a
+parallel :class:`~simulator.federation.ClientFanout` if the transport has one, and the clients'
+final reports. :class:`InProcessTransport` holds :class:`~simulator.federation.FederatedClient`
+objects in this process; the Flower transports (``server/flower/``) send the same calls as
+messages. Everything a client computes is a deterministic function of the scenario, its
+partition id and what the server sends it (:mod:`simulator.runner.shards`), so every transport
+gives the same head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from simulator.data.dataset import Dataset
+from simulator.federation import (
+    ClientChannel,
+    ClientFanout,
+    ClientReport,
+    FederatedClient,
+    WeightReport,
+)
+from simulator.models import LocalUpdate, StateArrays
+from simulator.runner.featurize import Featurizer, in_process_round
+from simulator.runner.shards import make_client
+from simulator.scenario import Scenario
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+class RetainedView(Protocol):
+    """Current weights of a client's rows (0 when deleted) and the local retained indices."""
+
+    @property
+    def weights(self) -> FloatArray: ...
+
+    @property
+    def retained_ids(self) -> IntArray: ...
+
+
+class RunnerClient(ClientChannel, Protocol):
+    """A client as the runner sees it: the head protocol plus what the loop reads."""
+
+    @property
+    def retained_ids(self) -> IntArray:
+        """Global ids of the retained rows."""
+        ...
+
+    @property
+    def last_weights(self) -> WeightReport | None: ...
+
+    @property
+    def data(self) -> RetainedView: ...
+
+    def retained_weights(self) -> tuple[IntArray, FloatArray]:
+        """Global ids of the retained rows and their current weights."""
+        ...
+
+
+class ClientTransport(Protocol):
+    """The clients of one run, however they are reached."""
+
+    @property
+    def name(self) -> str:
+        """``inprocess``, ``flower-sim`` or ``flower-deploy``."""
+        ...
+
+    def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
+        """One FedAvg round: the local updates of every client with rows, in client order."""
+        ...
+
+    def open_clients(
+        self, featurizer: Featurizer, shards: Sequence[IntArray]
+    ) -> dict[int, RunnerClient]:
+        """Send the frozen feature map; every client builds its head rows and weights.
+
+        ``shards`` are the global row ids the server expects each client to hold.
+        """
+        ...
+
+    def exclude(self, client_id: int) -> None:
+        """Stop reaching a client that failed."""
+        ...
+
+    @property
+    def fanout(self) -> ClientFanout | None:
+        """Parallel path for head statistics and deletions, if the transport has one."""
+        ...
+
+    def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
+        """Each listed client's report at head ``W``."""
+        ...
+
+
+class InProcessTransport:
+    """Clients as objects in this process (fast experiments, tests, the reference).
+
+    Parameters
+    ----------
+    scenario, dataset : the run.
+    shards : global row ids of every client (``split_clients``).
+    device : torch device for local training and features.
+    """
+
+    name = "inprocess"
+    fanout: ClientFanout | None = None
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        dataset: Dataset,
+        shards: Sequence[IntArray],
+        *,
+        device: torch.device,
+    ) -> None:
+        self._scenario = scenario
+        self._dataset = dataset
+        self._shards = list(shards)
+        self._device = device
+        self._clients: dict[int, FederatedClient] = {}
+        pools = [(dataset.x_train[s], dataset.y_train[s]) for s in self._shards]
+        self._round = in_process_round(scenario, dataset, pools, device=device)
+
+    def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
+        return self._round(round_index, global_arrays)
+
+    def open_clients(
+        self, featurizer: Featurizer, shards: Sequence[IntArray]
+    ) -> dict[int, RunnerClient]:
+        self._clients = {
+            c: make_client(self._scenario, self._dataset, c, rows, featurizer)
+            for c, rows in enumerate(shards)
+        }
+        return dict(self._clients)
+
+    def exclude(self, client_id: int) -> None:
+        self._clients.pop(client_id, None)
+
+    def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
+        return {c: self._clients[c].report(W) for c in clients}

@@ -1,0 +1,83 @@
+"""Unlearning methods behind one protocol, selected by name (``method.md`` section 4).
+
+=============== ============================================================================
+``retrain``     extractor, RFF map and head retrained from scratch on the retained rows
+``cr``          certified removal of the linear head (Guo et al., ICML 2020)
+``decoremoval`` RFF + decorrelation weights + certified removal (DecoRemoval)
+``sisa``        shards x slices with checkpoints (Bourtoule et al., IEEE S&P 2021)
+``dpsgd``       DP-SGD training with opacus, removal a no-op (Abadi et al., CCS 2016)
+``ssd``         selective synaptic dampening (Foster et al., AAAI 2024)
+``cu``          certified unlearning for DNNs, LiSSA Newton step + noise (Zhang et al., ICML 2024)
+=============== ============================================================================
+
+``create_unlearner("sisa", settings, slices=2)`` builds one; every method implements
+:class:`Unlearner` and is checked by one contract test.
+"""
+
+from typing import Any
+
+from simulator.unlearners.base import (
+    BaseUnlearner,
+    FitReport,
+    ModelSettings,
+    RemovalOutcome,
+    TrainingSet,
+    Unlearner,
+    check_removal,
+)
+from simulator.unlearners.cr import CertifiedRemoval
+from simulator.unlearners.cu import CertifiedUnlearning, CuOptions
+from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalOptions
+from simulator.unlearners.dpsgd import DpSgd, DpsgdOptions
+from simulator.unlearners.registry import (
+    create_unlearner,
+    register_unlearner,
+    registered_unlearners,
+    unlearner_class,
+    unregister_unlearner,
+)
+from simulator.unlearners.retrain import Retrain, RetrainOptions
+from simulator.unlearners.sisa import Sisa, SisaOptions
+from simulator.unlearners.ssd import Ssd, SsdOptions
+
+#: The built-in methods, in the order of the paper's tables.
+BUILTIN: tuple[type[BaseUnlearner[Any]], ...] = (
+    Retrain,
+    CertifiedRemoval,
+    Sisa,
+    DpSgd,
+    Ssd,
+    CertifiedUnlearning,
+    DecoRemoval,
+)
+for _cls in BUILTIN:
+    register_unlearner(_cls.name, _cls)
+
+__all__ = [
+    "BUILTIN",
+    "BaseUnlearner",
+    "CertifiedRemoval",
+    "CertifiedUnlearning",
+    "CuOptions",
+    "DecoRemoval",
+    "DecoRemovalOptions",
+    "DpSgd",
+    "DpsgdOptions",
+    "FitReport",
+    "ModelSettings",
+    "RemovalOutcome",
+    "Retrain",
+    "RetrainOptions",
+    "Sisa",
+    "SisaOptions",
+    "Ssd",
+    "SsdOptions",
+    "TrainingSet",
+    "Unlearner",
+    "check_removal",
+    "create_unlearner",
+    "register_unlearner",
+    "registered_unlearners",
+    "unlearner_class",
+    "unregister_unlearner",
+]

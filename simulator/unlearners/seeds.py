@@ -1,0 +1,29 @@
+"""Named child seeds: every random choice of an unlearner derives from its ``fit`` seed.
+
+A child depends only on the root seed and its name path, never on how much randomness other
+stages used, so e.g. SISA's shard 3 slice 2 is trained with the same generator whether it is
+trained at :meth:`fit` or retrained after a deletion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+
+def child_seed(seed: int, *path: str | int) -> int:
+    """A 63-bit seed, a pure function of ``(seed, *path)``."""
+    text = ":".join(str(p) for p in (seed, *path))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def child_rng(seed: int, *path: str | int) -> np.random.Generator:
+    """The numpy generator of one named stage."""
+    return np.random.default_rng(child_seed(seed, *path))
+
+
+def child_torch(seed: int, *path: str | int) -> torch.Generator:
+    """The CPU torch generator of one named stage."""
+    return torch.Generator().manual_seed(child_seed(seed, *path))

@@ -1,0 +1,242 @@
+"""The comparison harness: removal schedule, measurements, tables, outputs and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.cli import main
+from simulator.compare import (
+    Stat,
+    build_workload,
+    cut_at_checkpoints,
+    expand_requests,
+    markdown,
+    run_comparison,
+    settings_from_scenario,
+    summarize,
+    write_comparison,
+)
+from simulator.errors import ConfigError
+from simulator.scenario import load_scenario, parse_scenario
+from simulator.stream import STREAM_EPOCH, DeletionRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = """
+name: tiny_compare
+description: a few seconds of every stage
+seed: 4
+device: cpu
+data:
+  source: synthetic
+  synthetic: {n_train: 240, n_test: 120, n_features: 6, n_classes: 2, n_causal: 3}
+partition: {kind: iid, num_clients: 3}
+model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 1, local_epochs: 2, batch_size: 32}
+rff: {dim: 24}
+decorrelation: {features: 6, steps: 5, warm_steps: 2}
+head: {bound: exact}
+stream:
+  max_batch_requests: 5
+  phases:
+    - {name: a, ticks: 4, rate: 4, samples_per_request: 2}
+ood: {source_class: 1, target_class: 0, fraction: 0.2}
+evaluation: {checkpoints: [5, 12]}
+"""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# ------------------------------------------------------------------------ schedule
+@given(
+    st.lists(st.integers(1, 9), min_size=0, max_size=8),
+    st.lists(st.integers(1, 60), min_size=0, max_size=4),
+)
+def test_cut_at_checkpoints_keeps_the_stream_and_hits_every_reached_checkpoint(
+    sizes: list[int], checkpoints: list[int]
+) -> None:
+    start = np.cumsum([0, *sizes])
+    batch_ids = [np.arange(a, b, dtype=np.int64) for a, b in itertools.pairwise(start)]
+    steps, after, missed = cut_at_checkpoints(batch_ids, checkpoints)
+    total = int(start[-1])
+    wanted = sorted(set(checkpoints))
+    reached = [c for c in wanted if c <= total] or ([total] if total else [])
+    assert missed == [c for c in wanted if c > total]
+    assert sorted(after.values()) == [0, *reached]
+    flat = np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64)
+    np.testing.assert_array_equal(flat, np.arange(reached[-1] if reached else 0))
+    for n_steps, count in after.items():
+        assert sum(s.size for s in steps[:n_steps]) == count
+    assert all(s.size > 0 for s in steps)
+    # a step never spans two batches
+    owner = np.searchsorted(start[1:], flat, side="right")
+    for s in steps:
+        assert np.unique(owner[s]).size == 1
+
+
+def test_expand_requests_turns_a_withdrawal_into_the_clients_retained_rows() -> None:
+    def req(i: int, tick: int, ids: list[int] | None = None, client: int | None = None):
+        return DeletionRequest(
+            request_id=f"r{i}",
+            subject="s",
+            sample_ids=ids,
+            client_id=client,
+            requested_at=STREAM_EPOCH,
+            tick=tick,
+        )
+
+    groups = np.array([0, 1, 0, 1, 0])
+    got = expand_requests([req(0, 0, [2]), req(1, 1, client=0), req(2, 1, [3])], 10, groups)
+    assert [g.tolist() for g in got] == [[2], [0, 4, 3]]
+
+
+# ------------------------------------------------------------------------ workloads
+def test_workload_is_the_scenarios_and_deterministic() -> None:
+    scenario = parse_scenario(TINY)
+    a, b = build_workload(scenario, 4), build_workload(scenario, 4)
+    np.testing.assert_array_equal(a.train.x, b.train.x)
+    assert [s.tolist() for s in a.steps] == [s.tolist() for s in b.steps]
+    assert a.checkpoints == (0, 5, 12)
+    assert set(a.splits) == {"test", "ood"}
+    assert a.train.groups is not None and set(np.unique(a.train.groups)) == {0, 1, 2}
+    c = build_workload(scenario, 5)
+    assert [s.tolist() for s in c.steps] != [s.tolist() for s in a.steps]
+    settings = settings_from_scenario(scenario)
+    assert settings.epochs == 2 and settings.rff_dim == 24 and settings.rff_bandwidth is None
+    assert settings.head.bound == "exact" and settings.decorrelation.steps == 5
+
+
+# ------------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def comparison():
+    scenario = parse_scenario(TINY)
+    return run_comparison(
+        lambda seed: build_workload(scenario, seed),
+        ["retrain", "cr", "decoremoval", "ssd"],
+        seeds=[4, 5],
+    )
+
+
+def test_every_method_is_measured_at_every_checkpoint(comparison) -> None:
+    got = {(m.method, m.seed, m.removed) for m in comparison.measurements}
+    assert got == {
+        (name, seed, r)
+        for name in ("retrain", "cr", "decoremoval", "ssd")
+        for seed in (4, 5)
+        for r in (0, 5, 12)
+    }
+    for m in comparison.measurements:
+        assert 0 <= m.acc_test <= 1 and 0 <= m.f1_ood <= 1
+        assert (m.removed == 0) == np.isnan(m.mia_auc)
+        if m.method == "retrain":
+            assert m.disagreement == 0.0 and m.acc_gap == 0.0
+            assert m.retrains == m.removal_calls
+        assert np.isfinite(m.disagreement)
+    assert len(comparison.fits) == 8
+
+
+def test_tables_and_outputs(comparison, tmp_path: Path) -> None:
+    summaries = summarize(comparison.measurements, comparison.methods)
+    assert [(s.method, s.removed) for s in summaries][:3] == [
+        ("retrain", 0),
+        ("retrain", 5),
+        ("retrain", 12),
+    ]
+    text = markdown(comparison, summaries)
+    for heading in ("OOD split", "In-distribution", "Removal time", "Ratio to `cr`", "Membership"):
+        assert heading in text
+    assert "extractor trained on all training rows" in text
+    files = write_comparison(comparison, tmp_path, command="unlearnsim compare x")
+    assert (tmp_path / "command.txt").read_text() == "unlearnsim compare x\n"
+    rows = list(csv.DictReader(io.StringIO(files["summary"].read_text())))
+    assert len(rows) == 12 and rows[0]["seeds"] == "2"
+    assert {"utility", "cost_privacy"} <= set(files)
+    assert files["utility"].stat().st_size > 1000
+
+
+def test_stat_text() -> None:
+    assert Stat.of([0.5, 0.7]).text(1, 100.0) == "60.0 ± 14.1"
+    assert Stat.of([0.5]).text(2) == "0.50"
+    assert Stat.of([float("nan")]).text(2) == "n/a"
+
+
+# ------------------------------------------------------------------------------- CLI
+def test_cli_compare_writes_the_command_and_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    out = tmp_path / "out"
+    code = main(
+        [
+            "compare",
+            str(path),
+            "--methods",
+            "cr,ssd",
+            "--seeds",
+            "1",
+            "--checkpoints",
+            "6",
+            "--option",
+            "ssd.selection=5",
+            "--set",
+            "stream.phases.0.ticks=3",
+            "--output",
+            str(out),
+            "--no-plots",
+        ]
+    )
+    assert code == 0
+    command = (out / "command.txt").read_text()
+    assert "--methods retrain,cr,ssd" in command and "--option ssd.selection=5" in command
+    assert "--set stream.phases.0.ticks=3" in command and "--checkpoints 6" in command
+    assert "| 6 |" in (out / "table.md").read_text()
+    assert "Removal time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, where",
+    [
+        (["--methods", "cr,nope"], "method"),
+        (["--methods", "cr,cr"], "--methods"),
+        (["--option", "sisa.slices=2", "--methods", "cr"], "--option"),
+        (["--option", "cr=1"], "--option"),
+        (["--checkpoints", "a"], "--checkpoints"),
+    ],
+)
+def test_cli_compare_rejects_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], where: str
+) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    assert main(["compare", str(path), "--output", str(tmp_path / "o"), *args]) == 2
+    assert where in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["compare_mnist_3v8_ood", "compare_sentiment", "compare_survey"])
+def test_comparison_scenarios_validate_and_reach_their_checkpoints(name: str) -> None:
+    scenario = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    assert scenario.ood is not None and len(scenario.evaluation.checkpoints) == 3
+    stream = scenario.stream.phases[0]
+    expected = stream.rate * stream.ticks * stream.samples_per_request
+    assert expected >= 1.15 * scenario.evaluation.checkpoints[-1]
+    assert scenario.partition.num_clients == 5  # SISA's default of 5 shards
+
+
+def test_unknown_method_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        run_comparison([build_workload(parse_scenario(TINY), 4)], ["nope"])

@@ -1,0 +1,173 @@
+"""The Flower adapters (ServerApp side and ClientApp) over an in-process loopback grid.
+
+The real ``clients.client_app:app`` answers every message, with its state in
+``context.state``; only the transport between server and client is replaced (see
+``flower_loopback.py``), so these tests check the protocol, the equivalence with the
+in-process transport and the failure handling in seconds. The Flower engines themselves are
+exercised in ``test_flower_engines.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flower_loopback import LoopbackGrid
+from rich.console import Console
+
+from server.flower.settings import FleetSettings
+from server.server_app import run_on_grid
+from simulator.errors import ClientUnavailableError
+from simulator.runner import run_scenario
+from simulator.runner.artifacts import artifact_writer
+from simulator.scenario import load_scenario
+
+SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
+FAST = FleetSettings(timeout=0.5, train_timeout=1.0, retries=1, poll_interval=0.001, node_wait=5.0)
+#: a longer stream: deletions for client 1 keep coming after a failure
+LONGER = ["stream.phases.0.ticks=6", "evaluation.checkpoints=[]"]
+
+
+def quiet() -> Console:
+    return Console(quiet=True)
+
+
+def inprocess(folder: Path, overrides: list[str]) -> Path:
+    scenario = load_scenario(SCENARIO, overrides=overrides)
+    run_scenario(
+        scenario,
+        output_dir=folder,
+        console=quiet(),
+        progress=False,
+        plots=False,
+        on_event=[artifact_writer(folder)],
+    )
+    return folder
+
+
+def loopback(folder: Path, overrides: list[str], grid: LoopbackGrid) -> Path:
+    scenario = load_scenario(SCENARIO, overrides=[*overrides, "transport=flower-sim"])
+    run_on_grid(
+        grid,
+        scenario,
+        FAST,
+        output_dir=folder,
+        transport="flower-sim",
+        console=quiet(),
+        plots=False,
+    )
+    return folder
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return inprocess(tmp_path_factory.mktemp("inprocess"), [])
+
+
+def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path) -> None:
+    grid = LoopbackGrid(3)
+    out = loopback(tmp_path, [], grid)
+    a, b = np.load(reference / "head.npz"), np.load(out / "head.npz")
+    np.testing.assert_array_equal(a["W"], b["W"])  # same code, same process: bit-identical
+    assert int(a["model_version"]) == int(b["model_version"])
+    assert (reference / "receipts.jsonl").read_text() == (out / "receipts.jsonl").read_text()
+    ref_clients = json.loads((reference / "clients.json").read_text())["clients"]
+    assert json.loads((out / "clients.json").read_text())["clients"] == ref_clients
+    # every deletion of the stream targets client 1: only client 1 received one
+    received = grid.unlearn_messages()
+    assert received[0] == received[2] == 0 and received[1] >= 1
+    assert ref_clients["1"]["deletion_batches"] == received[1]
+    # the statistics cache: one round trip per Newton iteration, none for the first
+    transport = json.loads((out / "transport.json").read_text())["messages"]
+    start = lines(out / "events.jsonl")[0]
+    batches = sum(1 for e in lines(out / "events.jsonl") if e["event"] == "deletion_batch")
+    assert transport["query.gradhess"]["round_trips"] <= start["head_newton_iterations"] + batches
+
+
+def test_a_client_that_stops_answering_is_reported_and_excluded(tmp_path: Path) -> None:
+    grid = LoopbackGrid(3, kill_after={(1, "train.unlearn"): 1})
+    out = loopback(tmp_path, LONGER, grid)
+    events = lines(out / "events.jsonl")
+    failed = [e for e in events if e.get("client_failures")]
+    assert len(failed) == 1, "one batch meets the failure"
+    assert "1" in failed[0]["client_failures"]
+    assert "no reply within" in failed[0]["client_failures"]["1"]
+    assert failed[0]["retrain_reason"] == "client_failed"
+    receipts = lines(out / "receipts.jsonl")
+    requests = sum(e["requests"] for e in events if e["event"] == "deletion_batch")
+    assert len(receipts) == requests, "every request has a receipt"
+    rejected = [r for r in receipts if r["status"] == "rejected"]
+    assert rejected and all("client 1" in r["reason"] for r in rejected)
+    # the first deletion for client 1 went through before it failed
+    assert receipts[0]["status"] == "applied"
+    end = events[-1]
+    assert end["event"] == "end" and "1" in end["excluded_clients"]
+    clients = json.loads((out / "clients.json").read_text())
+    assert set(clients["clients"]) == {"0", "2"} and "1" in clients["excluded"]
+    # the head was retrained on the survivors' rows only
+    assert (
+        end["retained"] == clients["clients"]["0"]["retained"] + clients["clients"]["2"]["retained"]
+    )
+
+
+def test_error_replies_are_retried_and_change_nothing(reference: Path, tmp_path: Path) -> None:
+    grid = LoopbackGrid(3, flaky={2: "query.gradhess", 0: "train.setup"})
+    out = loopback(tmp_path, [], grid)
+    np.testing.assert_array_equal(
+        np.load(reference / "head.npz")["W"], np.load(out / "head.npz")["W"]
+    )
+    assert (reference / "receipts.jsonl").read_text() == (out / "receipts.jsonl").read_text()
+
+
+def test_a_client_failing_fedavg_stops_the_run_with_the_reason(tmp_path: Path) -> None:
+    grid = LoopbackGrid(3, broken={0: "train"})
+    with pytest.raises(ClientUnavailableError, match=r"FedAvg round 1: client 0: error reply"):
+        loopback(tmp_path, [], grid)
+
+
+def test_missing_supernodes_are_reported(tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIO, overrides=["transport=flower-sim"])
+    settings = FAST.model_copy(update={"node_wait": 0.2})
+    with pytest.raises(ClientUnavailableError, match="no SuperNode with partition-id 2"):
+        run_on_grid(
+            LoopbackGrid(2),
+            scenario,
+            settings,
+            output_dir=tmp_path,
+            transport="flower-sim",
+            console=quiet(),
+        )
+
+
+def test_a_failure_after_the_receipts_keeps_them(tmp_path: Path) -> None:
+    """Client 0 dies at the retrained reference (weights query), after the batch was applied."""
+    grid = LoopbackGrid(3, kill_after={(0, "query.weights"): 0})
+    out = loopback(tmp_path, [], grid)
+    receipts = lines(out / "receipts.jsonl")
+    assert receipts and all(r["status"] == "applied" for r in receipts)
+    events = lines(out / "events.jsonl")
+    failed = [e for e in events if e.get("client_failures")]
+    assert len(failed) == 1 and "0" in failed[0]["client_failures"]
+    assert [e["batch"] for e in events if e["event"] == "deletion_batch"] == [0, 1]
+    assert "0" in events[-1]["excluded_clients"]
+
+
+def test_run_config_defaults_and_errors() -> None:
+    """``run_simulation`` passes an empty run config; ``flwr run`` may override any key."""
+    from server.flower.settings import RunConfig
+    from simulator.errors import ConfigError
+
+    default = RunConfig.from_run_config({})
+    assert default.scenario_path().exists() and default.transport == "auto"
+    config = RunConfig.from_run_config({"timeout": 5.0, "train-timeout": 9.0, "retries": 0})
+    assert (config.fleet.timeout, config.fleet.train_timeout, config.fleet.retries) == (5, 9, 0)
+    with pytest.raises(ConfigError, match="run-config timeout"):
+        RunConfig.from_run_config({"timeout": -1.0})
+    with pytest.raises(ConfigError, match="run-config colour"):
+        RunConfig.from_run_config({"colour": "red"})

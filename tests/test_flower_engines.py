@@ -1,0 +1,174 @@
+"""The federation on Flower's real engines, through the command line.
+
+* simulation engine (Ray): the same head and the same receipts as the in-process transport;
+* Deployment Engine (a SuperLink and 3 SuperNodes as processes): the same head and receipts,
+  deletions reach only the client that owns the rows (the SuperNodes' own logs say which
+  messages they received), a SuperNode SIGKILLed while the run still needs it is reported
+  instead of waited for, and every process the command started is stopped.
+
+The Deployment Engine polls (seconds per round trip), so the scenario is tiny
+(``scenarios/federation_tiny.yaml``: 300 rows, 1 FedAvg round, 2 deletion batches) and the
+mid-stream kill, which also retrains the head over the survivors, is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.runner import run_scenario
+from simulator.runner.artifacts import artifact_writer
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).parent.parent
+SCENARIO = ROOT / "scenarios" / "federation_tiny.yaml"
+#: fewer Deployment Engine round trips: no retrained reference (its weights query)
+DEPLOY = ["evaluation.checkpoints=[]"]
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process control is Linux-only")
+
+
+def cli(folder: Path, transport: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "server.cli", "run", str(SCENARIO), "--transport", transport,
+        "--output", str(folder), "--no-progress", "--no-plots", *extra,
+    ]  # fmt: skip
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def inprocess(folder: Path, overrides: list[str]) -> Path:
+    scenario = load_scenario(SCENARIO, overrides=overrides)
+    run_scenario(
+        scenario, output_dir=folder, progress=False, plots=False, on_event=[artifact_writer(folder)]
+    )
+    return folder
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_same_run(reference: Path, out: Path) -> None:
+    """Same head (float tolerance), same receipts, same client-side accounts."""
+    a, b = np.load(reference / "head.npz"), np.load(out / "head.npz")
+    np.testing.assert_allclose(b["W"], a["W"], rtol=1e-9, atol=1e-12)
+    assert int(a["model_version"]) == int(b["model_version"])
+    ra, rb = records(reference / "receipts.jsonl"), records(out / "receipts.jsonl")
+    assert [(r["request_id"], r["status"], r["model_version"], r["reason"]) for r in ra] == [
+        (r["request_id"], r["status"], r["model_version"], r["reason"]) for r in rb
+    ]
+    for x, y in zip(ra, rb, strict=True):
+        assert y["residual"] == pytest.approx(x["residual"], rel=1e-9, abs=1e-15)
+        assert y["epsilon_spent"] == pytest.approx(x["epsilon_spent"], rel=1e-9, abs=1e-15)
+    ca = json.loads((reference / "clients.json").read_text())["clients"]
+    cb = json.loads((out / "clients.json").read_text())["clients"]
+    for c, report in cb.items():
+        assert report["retained"] == ca[c]["retained"]
+        assert report["deletion_batches"] == ca[c]["deletion_batches"]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def wait_for_event(path: Path, kind: str, proc: subprocess.Popen[bytes], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if path.exists() and any(
+            f'"event":"{kind}"' in line.replace(" ", "") for line in path.read_text().splitlines()
+        ):
+            return
+        assert proc.poll() is None, f"the run ended before its {kind} event"
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind} event within {limit:g} s")
+
+
+def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
+    reference = inprocess(tmp_path / "inprocess", [])
+    out = tmp_path / "sim"
+    done = subprocess.run(cli(out, "flower-sim"), capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_same_run(reference, out)
+    assert json.loads((out / "clients.json").read_text())["transport"] == "flower-sim"
+
+
+def test_deployment_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
+    """3 SuperNodes; deletions only at client 1; a SuperNode killed before the end."""
+    reference = inprocess(tmp_path / "inprocess", DEPLOY)
+    out = tmp_path / "deploy"
+    log = (tmp_path / "cli.log").open("wb")
+    proc = subprocess.Popen(
+        cli(out, "flower-deploy", "--client-timeout", "45", *sets(DEPLOY)),
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        # the run's last step asks every client for its report: kill SuperNode 2 first
+        wait_for_event(out / "events.jsonl", "end", proc, limit=540)
+        pids = json.loads((out / "flower" / "processes.json").read_text())["pids"]
+        os.kill(pids["supernode-2"], signal.SIGKILL)
+        assert proc.wait(timeout=120) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_same_run(reference, out)
+    clients = json.loads((out / "clients.json").read_text())
+    assert clients["transport"] == "flower-deploy"
+    assert "2" in clients["unavailable"], "the killed SuperNode is reported, not waited for"
+    # only SuperNode 1 ever received a deletion (its own log of received messages)
+    logs = {c: (out / "flower" / f"supernode-{c}.log").read_text() for c in range(3)}
+    assert "Receiving: train.unlearn" in logs[1]
+    assert "train.unlearn" not in logs[0] and "train.unlearn" not in logs[2]
+    assert all("Receiving: query.gradhess" in text for text in logs.values())
+    # every process the command started is gone
+    assert not [n for n, pid in pids.items() if alive(pid)]
+
+
+@pytest.mark.slow
+def test_deployment_engine_survives_a_supernode_killed_mid_stream(tmp_path: Path) -> None:
+    out = tmp_path / "deploy"
+    log = (tmp_path / "cli.log").open("wb")
+    proc = subprocess.Popen(
+        cli(out, "flower-deploy", "--client-timeout", "45", *sets(DEPLOY)),
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_event(out / "events.jsonl", "start", proc, limit=540)
+        pids = json.loads((out / "flower" / "processes.json").read_text())["pids"]
+        os.kill(pids["supernode-1"], signal.SIGKILL)  # client 1 owns every deletion
+        assert proc.wait(timeout=420) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = records(out / "events.jsonl")
+    failed = [e for e in events if e.get("client_failures")]
+    assert failed and "1" in failed[0]["client_failures"]
+    assert failed[0]["retrain_reason"] == "client_failed"
+    receipts = records(out / "receipts.jsonl")
+    assert receipts and all(r["status"] == "rejected" for r in receipts)
+    assert all("client 1" in r["reason"] for r in receipts)
+    assert "1" in events[-1]["excluded_clients"]
+    clients = json.loads((out / "clients.json").read_text())
+    assert set(clients["clients"]) == {"0", "2"}
+    assert not [n for n, pid in pids.items() if alive(pid)]
