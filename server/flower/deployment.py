@@ -25,6 +25,7 @@ from simulator.runner import RunResult
 from simulator.scenario import Scenario, scenario_to_yaml
 
 CONNECTION = "unlearnsim"
+TRANSPORT_FILE = "transport.json"  # the ServerApp's last file (server/server_app.py)
 
 
 def run_deployed(
@@ -128,20 +129,29 @@ def _submit(
 
 
 def _wait(home: Path, run_id: str, folder: Path, console: Console, wall_limit: float) -> str:
-    """Poll the run's status, echoing new events; stop the run past ``wall_limit``."""
+    """Wait for the run's status to be final, echoing new events; stop it past ``wall_limit``.
+
+    ``flwr ls`` is a process start (a second of CPU), so it is asked every 10 s, and every 2 s
+    once the ServerApp has written its last file (``transport.json``) in a local run folder.
+    """
     deadline = time.monotonic() + wall_limit
     shown = 0
+    next_ask = 0.0
     while True:
         shown = _echo_events(folder / "events.jsonl", shown, console)
-        runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
-        status = str(runs[0]["status"]) if runs else "unknown"
-        if status.startswith("finished"):
-            _echo_events(folder / "events.jsonl", shown, console)
-            return status
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= next_ask:
+            runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
+            status = str(runs[0]["status"]) if runs else "unknown"
+            if status.startswith("finished"):
+                _echo_events(folder / "events.jsonl", shown, console)
+                return status
+            ending = (folder / TRANSPORT_FILE).exists()
+            next_ask = time.monotonic() + (2.0 if ending else 10.0)
+        if now > deadline:
             _flwr(home, ["stop", run_id, CONNECTION], timeout=120)
             raise FlowerProcessError(f"Flower run {run_id} exceeded {wall_limit:g} s; stopped")
-        time.sleep(2.0)
+        time.sleep(0.5)
 
 
 def _echo_events(path: Path, shown: int, console: Console) -> int:
