@@ -67,13 +67,17 @@ def run(transport: str, clients: int, folder: Path, timeout: float) -> dict[str,
     ]  # fmt: skip
     for o in overrides(clients):
         cmd += ["--set", o]
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     total = time.perf_counter() - started
     (folder / "bench.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{transport} failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    return summarise(transport, folder, total)
+    out = summarise(transport, folder, total)
+    # the machine may be shared: Deployment Engine numbers scale with the load
+    out["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+    return out
 
 
 def summarise(transport: str, folder: Path, total: float) -> dict[str, Any]:

@@ -10,9 +10,12 @@ its events, and stops what it started.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,7 @@ def run_deployed(
         if superlink is None
         else nullcontext(None)
     )
-    with local as fed:
+    with _terminate_cleanly(), local as fed:
         address = fed.address if fed is not None else str(superlink)
         if fed is not None:
             console.print(f"started a SuperLink at {address} and {fed.num_clients} SuperNodes")
@@ -72,6 +75,25 @@ def run_deployed(
         return RunResult(folder, {}, [])
     console.print((folder / "summary.md").read_text())
     return RunResult(folder, json.loads(metrics.read_text()), [])
+
+
+@contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise instead of killing the process, so the processes we started are
+    stopped on the way out (a plain SIGTERM would skip every ``finally``)."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise FlowerProcessError(f"interrupted by signal {signum}; stopping the Flower processes")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _write_connection(home: Path, address: str) -> None:

@@ -93,13 +93,15 @@ class Fleet:
                 self.log(f"connected to {self.num_clients} clients: {self.nodes}")
                 return
             if time.monotonic() > deadline:
-                wait = self.settings.node_wait
+                wait, n = self.settings.node_wait, self.num_clients
                 raise ClientUnavailableError(
                     {
                         c: f"no SuperNode with partition-id {c} answered within {wait:g} s"
                         for c in missing
                     },
-                    "connecting to the clients",
+                    f"connecting to the clients ({len(asked)} SuperNodes joined for {n} clients;"
+                    " a local `flwr run` simulation needs `flwr federation simulation-config"
+                    f" ... --num-supernodes {n}`)",
                 )
             time.sleep(self.settings.poll_interval)
 
