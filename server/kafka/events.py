@@ -12,7 +12,7 @@ from typing import Any
 
 from server.kafka.apply import BatchResult
 from server.kafka.checkpoint import StreamState
-from simulator.runner.loop import certificate_section
+from simulator.runner.loop import certificate_section, removal_fields
 from simulator.runner.setup import Federation
 
 COUNTERS = ("records", "applied", "rejected", "duplicates", "dead_letters", "samples", "batches")
@@ -66,18 +66,5 @@ def batch_event(
     if report is not None:
         routing = fed.head_data.last_routing
         event["clients"] = {str(k): v for k, v in sorted(routing.items())}
-        event.update(
-            residual_worst=report.residual_worst,
-            residual_data=report.residual_data,
-            residual_exact=report.residual_exact,
-            charged=report.charged,
-            cumulative_residual=report.cumulative,
-            budget=report.budget,
-            budget_used_ratio=report.budget_used_ratio,
-            epsilon_spent=report.epsilon_spent,
-            retrained=report.retrained,
-            retrain_reason=report.retrain_reason,
-            retained=report.retained,
-            certificate=certificate_section(fed, report),
-        )
+        event.update(removal_fields(report), certificate=certificate_section(fed, report))
     return event

@@ -149,6 +149,23 @@ def expand(fed: Federation, batch: list[DeletionRequest]) -> tuple[list[int], di
     return ids, rejected
 
 
+def removal_fields(report: RemovalReport) -> dict[str, Any]:
+    """The event fields describing one certified removal (shared with the Kafka consumer)."""
+    return {
+        "residual_worst": report.residual_worst,
+        "residual_data": report.residual_data,
+        "residual_exact": report.residual_exact,
+        "charged": report.charged,
+        "cumulative_residual": report.cumulative,
+        "budget": report.budget,
+        "budget_used_ratio": report.budget_used_ratio,
+        "epsilon_spent": report.epsilon_spent,
+        "retrained": report.retrained,
+        "retrain_reason": report.retrain_reason,
+        "retained": report.retained,
+    }
+
+
 def apply_batch(
     fed: Federation, state: StreamState, index: int, batch: list[DeletionRequest]
 ) -> dict[str, Any]:
@@ -197,21 +214,8 @@ def apply_batch(
         else {},
     }
     if report is not None:
-        event.update(
-            residual_worst=report.residual_worst,
-            residual_data=report.residual_data,
-            residual_exact=report.residual_exact,
-            charged=report.charged,
-            cumulative_residual=report.cumulative,
-            budget=report.budget,
-            budget_used_ratio=report.budget_used_ratio,
-            epsilon_spent=report.epsilon_spent,
-            retrained=report.retrained,
-            retrain_reason=report.retrain_reason,
-            model_version=report.model_version,
-            retained=report.retained,
-            timings=report.timings,
-        )
+        event.update(removal_fields(report), model_version=report.model_version)
+        event["timings"] = report.timings
         event["certificate"] = certificate_section(fed, report)
     if monitor_seconds is not None:
         event.setdefault("timings", {})["monitor_start"] = monitor_seconds
