@@ -27,8 +27,10 @@ from flwr.serverapp import Grid, ServerApp
 from rich.console import Console
 
 from server.flower.fleet import Fleet
-from server.flower.settings import FleetSettings, RunConfig
+from server.flower.settings import FleetSettings, RunConfig, StreamSettings
 from server.flower.transport import FlowerTransport
+from server.metrics.cli import env_metrics_session
+from simulator.errors import ConfigError
 from simulator.runner import RunResult, run_scenario
 from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import Scenario, load_scenario
@@ -48,8 +50,14 @@ def run_on_grid(
     console: Console | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
+    stream: StreamSettings | None = None,
+    run_id: int = 0,
 ) -> RunResult:
-    """Run ``scenario`` with the clients behind ``grid``; write the run folder."""
+    """Run ``scenario`` with the clients behind ``grid``; write the run folder.
+
+    With ``stream`` enabled (a Kafka bootstrap server), the deletion requests come from the
+    requests topic instead of the scenario's generated stream (:func:`consume_on_grid`).
+    """
     console = console or Console(highlight=False)
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,6 +72,8 @@ def run_on_grid(
     fleet.connect()
     flower = FlowerTransport(fleet, scenario, name=transport)
     try:
+        if stream is not None and stream.enabled:
+            return consume_on_grid(flower, scenario, stream, folder, console, on_event, run_id)
         return run_scenario(
             scenario,
             output_dir=folder,
@@ -80,6 +90,54 @@ def run_on_grid(
         (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
 
 
+def consume_on_grid(
+    flower: FlowerTransport,
+    scenario: Scenario,
+    stream: StreamSettings,
+    folder: Path,
+    console: Console,
+    on_event: Sequence[EventCallback] = (),
+    run_id: int = 0,
+) -> RunResult:
+    """Train over ``flower``, then consume the Kafka requests topic (``kafka_summary.json``).
+
+    Each Flower run starts from its clients' full shards, so it consumes with fresh state,
+    ``OUTPUT/kafka-state/run-<run id>`` by default: every request on the topic is answered
+    again for the new model (a deletion must outlive a retrain), and duplicates are found within
+    the run. A non-empty ``kafka-state-dir`` given explicitly is refused: its head would not
+    match the SuperNodes' data (resuming is the in-process transport's).
+    """
+    from server.kafka.batcher import BatchPolicy
+    from server.kafka.cli import as_kafka_source
+    from server.kafka.consumer import ConsumerConfig
+    from server.kafka.session import EVENTS_FILE, consume
+    from server.kafka.topics import Topics
+    from simulator.runner.setup import build_federation
+
+    state_dir = (
+        Path(stream.state_dir) if stream.state_dir else folder / "kafka-state" / f"run-{run_id}"
+    )
+    if any(state_dir.glob("*")):
+        raise ConfigError(
+            f"{state_dir} holds a checkpoint of an earlier run; resuming is supported on the "
+            "in-process transport only: give a fresh kafka-state-dir",
+            "run-config kafka-state-dir",
+        )
+    config = ConsumerConfig(
+        bootstrap=stream.bootstrap,
+        state_dir=state_dir,
+        topics=Topics(stream.requests_topic, stream.receipts_topic, stream.dead_letter_topic),
+        group_id=stream.group,
+        batch=BatchPolicy(max_requests=stream.max_batch_requests, max_wait=stream.max_wait),
+        idle_timeout=stream.idle_timeout or None,
+        events_path=folder / EVENTS_FILE,
+    )
+    scenario = as_kafka_source(scenario)
+    fed = build_federation(scenario, transport=flower)
+    summary = consume(fed, config, folder, console, [*on_event])
+    return RunResult(folder, summary.get("metrics", {}), [])
+
+
 def make_server_app(
     scenario: Scenario,
     settings: FleetSettings,
@@ -89,6 +147,7 @@ def make_server_app(
     results: list[RunResult] | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
+    stream: StreamSettings | None = None,
 ) -> ServerApp:
     """A ServerApp bound to ``scenario`` (for ``run_simulation``); results go to ``results``."""
     server_app = ServerApp()
@@ -103,6 +162,8 @@ def make_server_app(
             transport=transport,
             on_event=on_event,
             plots=plots,
+            stream=stream,
+            run_id=int(context.run_id),
         )
         if results is not None:
             results.append(result)
@@ -120,14 +181,21 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """``flwr run`` entry point: everything comes from the run config."""
+    """``flwr run`` entry point: everything comes from the run config, and the metrics
+    exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's)."""
     config = RunConfig.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
-    run_on_grid(
-        grid,
-        scenario,
-        config.fleet,
-        output_dir=config.output_dir or scenario.output_dir,
-        transport=engine_name(grid) if config.transport == "auto" else config.transport,
-        plots=config.plots,
-    )
+    console = Console(highlight=False)
+    with env_metrics_session(console) as exporters:
+        run_on_grid(
+            grid,
+            scenario,
+            config.fleet,
+            output_dir=config.output_dir or scenario.output_dir,
+            transport=engine_name(grid) if config.transport == "auto" else config.transport,
+            console=console,
+            on_event=exporters,
+            plots=config.plots,
+            stream=config.kafka,
+            run_id=int(context.run_id),
+        )

@@ -171,3 +171,21 @@ def test_run_config_defaults_and_errors() -> None:
         RunConfig.from_run_config({"timeout": -1.0})
     with pytest.raises(ConfigError, match="run-config colour"):
         RunConfig.from_run_config({"colour": "red"})
+
+
+def test_run_config_round_trips_and_matches_pyproject() -> None:
+    """Every key the submitter sends is declared in ``[tool.flwr.app.config]`` with its default
+    (``flwr run`` rejects undeclared keys), and parsing the flat keys gives the settings back."""
+    import tomllib
+
+    from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
+
+    declared = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert declared["config"] == RunConfig().to_run_config()
+    config = RunConfig(
+        scenario="x.yaml",
+        fleet=FleetSettings(timeout=7.0),
+        kafka=StreamSettings(bootstrap="127.0.0.1:9", idle_timeout=3.0, max_batch_requests=4),
+    )
+    again = RunConfig.from_run_config(config.to_run_config())
+    assert again == config and again.kafka.enabled and not RunConfig().kafka.enabled

@@ -42,16 +42,21 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
-    with metrics_session(args, console) as callbacks:
-        if uses_kafka(args, scenario):
-            from server.kafka.cli import run_kafka
+    if scenario.transport == "flower-deploy":  # metrics are served by the ServerApp
+        from server.flower.launch import run_flower
 
-            return run_kafka(args, scenario, console, callbacks)
+        run_flower(scenario, args, console)
+        return 0
+    with metrics_session(args, console) as callbacks:
         if scenario.transport != "inprocess":
             from server.flower.launch import run_flower
 
             run_flower(scenario, args, console, callbacks)
             return 0
+        if uses_kafka(args, scenario):
+            from server.kafka.cli import run_kafka
+
+            return run_kafka(args, scenario, console, callbacks)
         from simulator.runner.artifacts import artifact_writer
 
         run_scenario(

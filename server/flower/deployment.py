@@ -23,7 +23,7 @@ from rich.console import Console
 
 from server.flower.environment import flower_env
 from server.flower.processes import FlowerProcessError, LocalFederation, executable
-from server.flower.settings import APP_DIR, FleetSettings
+from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
 from simulator.runner import RunResult
 from simulator.scenario import Scenario, scenario_to_yaml
 
@@ -40,8 +40,15 @@ def run_deployed(
     console: Console | None = None,
     wall_limit: float = 6 * 3600.0,
     plots: bool = True,
+    stream: StreamSettings | None = None,
+    superlink_env: dict[str, str] | None = None,
 ) -> RunResult:
-    """Run ``scenario`` on the Deployment Engine; outputs in ``folder`` (the ServerApp's)."""
+    """Run ``scenario`` on the Deployment Engine; outputs in ``folder`` (the ServerApp's).
+
+    ``stream``: consume the Kafka requests topic instead of the scenario's stream.
+    ``superlink_env``: extra environment of a SuperLink started here, which its ServerApp
+    inherits (``UNLEARNSIM_METRICS_PORT`` serves the run's metrics from there).
+    """
     console = console or Console()
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,7 +57,7 @@ def run_deployed(
     flower.mkdir(exist_ok=True)
     scenario_file.write_text(scenario_to_yaml(scenario))
     local = (
-        LocalFederation(flower, scenario.partition.num_clients)
+        LocalFederation(flower, scenario.partition.num_clients, superlink_env=superlink_env or {})
         if superlink is None
         else nullcontext(None)
     )
@@ -60,19 +67,31 @@ def run_deployed(
             console.print(f"started a SuperLink at {address} and {fed.num_clients} SuperNodes")
         home = flower / "home" / "cli"
         _write_connection(home, address)
-        run_id = _submit(home, flower, scenario_file, folder, settings, plots)
+        config = RunConfig(
+            scenario=str(scenario_file),
+            output_dir=str(folder),
+            transport="flower-deploy",
+            plots=plots,
+            fleet=settings,
+            kafka=stream or StreamSettings(),
+        )
+        run_id = _submit(home, flower, config)
         console.print(f"Flower run {run_id} submitted; waiting for it to finish")
-        status = _wait(home, run_id, folder, console, wall_limit)
+        events = folder / ("kafka_events.jsonl" if config.kafka.enabled else "events.jsonl")
+        status = _wait(home, run_id, events, folder, console, wall_limit)
     if status != "finished:completed":
         raise FlowerProcessError(
             f"Flower run {run_id} ended as {status}; see {flower}/*.log and the run's events"
         )
-    metrics = folder / "metrics.json"
+    kafka = stream is not None and stream.enabled
+    metrics = folder / ("kafka_summary.json" if kafka else "metrics.json")
     if not metrics.exists():  # a remote SuperLink: the ServerApp wrote the folder over there
         console.print(
             f"run {run_id} completed; its outputs are in {folder} on the SuperLink's machine"
         )
         return RunResult(folder, {}, [])
+    if kafka:
+        return RunResult(folder, json.loads(metrics.read_text()).get("metrics", {}), [])
     console.print((folder / "summary.md").read_text())
     return RunResult(folder, json.loads(metrics.read_text()), [])
 
@@ -122,27 +141,9 @@ def _flwr(home: Path, args: list[str], timeout: float) -> dict[str, Any]:
     return data
 
 
-def _submit(
-    home: Path,
-    flower: Path,
-    scenario_file: Path,
-    folder: Path,
-    settings: FleetSettings,
-    plots: bool,
-) -> str:
-    config = {
-        "plots": plots,
-        "scenario": str(scenario_file),
-        "output-dir": str(folder),
-        "transport": "flower-deploy",
-        "timeout": float(settings.timeout),
-        "train-timeout": float(settings.train_timeout),
-        "retries": int(settings.retries),
-        "poll-interval": float(settings.poll_interval),
-        "node-wait": float(settings.node_wait),
-    }
+def _submit(home: Path, flower: Path, config: RunConfig) -> str:
     args = ["run", str(APP_DIR), CONNECTION]
-    for key, value in config.items():
+    for key, value in config.to_run_config().items():
         args += ["--run-config", f"{key}={json.dumps(value)}"]
     data = _flwr(home, args, timeout=300)
     run_id = str(data["run-id"])
@@ -150,7 +151,9 @@ def _submit(
     return run_id
 
 
-def _wait(home: Path, run_id: str, folder: Path, console: Console, wall_limit: float) -> str:
+def _wait(
+    home: Path, run_id: str, events: Path, folder: Path, console: Console, wall_limit: float
+) -> str:
     """Wait for the run's status to be final, echoing new events; stop it past ``wall_limit``.
 
     ``flwr ls`` is a process start (a second of CPU), so it is asked every 10 s, and every 2 s
@@ -160,13 +163,13 @@ def _wait(home: Path, run_id: str, folder: Path, console: Console, wall_limit: f
     shown = 0
     next_ask = 0.0
     while True:
-        shown = _echo_events(folder / "events.jsonl", shown, console)
+        shown = _echo_events(events, shown, console)
         now = time.monotonic()
         if now >= next_ask:
             runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
             status = str(runs[0]["status"]) if runs else "unknown"
             if status.startswith("finished"):
-                _echo_events(folder / "events.jsonl", shown, console)
+                _echo_events(events, shown, console)
                 return status
             ending = (folder / TRANSPORT_FILE).exists()
             next_ask = time.monotonic() + (2.0 if ending else 10.0)

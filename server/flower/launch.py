@@ -1,4 +1,10 @@
-"""``unlearnsim run --transport flower-sim|flower-deploy``: run on the chosen Flower engine."""
+"""``unlearnsim run --transport flower-sim|flower-deploy``: run on the chosen Flower engine.
+
+With ``--stream kafka`` the ServerApp consumes the requests topic (the same consumer options
+as the in-process ``run --stream kafka``). On flower-deploy the ServerApp runs under the
+SuperLink, so ``--metrics-port`` is handed to a SuperLink started here through its environment
+(``UNLEARNSIM_METRICS_*``); a remote SuperLink serves metrics where its own environment says.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,41 @@ from typing import Any
 
 from rich.console import Console
 
-from server.flower.settings import FleetSettings
+from server.flower.settings import FleetSettings, StreamSettings
+from server.kafka.options import uses_kafka
+from simulator.errors import ConfigError
 from simulator.runner import RunResult
 from simulator.scenario import Scenario
+
+
+def stream_settings(args: argparse.Namespace, scenario: Scenario, folder: Path) -> StreamSettings:
+    """The ServerApp's stream settings from ``run``'s Kafka options (disabled without Kafka)."""
+    if not uses_kafka(args, scenario):
+        return StreamSettings()
+    if not args.bootstrap:
+        raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
+    return StreamSettings(
+        bootstrap=args.bootstrap,
+        requests_topic=args.requests_topic,
+        receipts_topic=args.receipts_topic,
+        dead_letter_topic=args.dead_letter_topic,
+        group=args.group,
+        max_batch_requests=args.max_batch_requests,
+        max_wait=args.max_wait,
+        idle_timeout=args.idle_timeout or 0.0,
+        state_dir=str(Path(args.state_dir).resolve()) if args.state_dir else "",
+    )
+
+
+def metrics_env(args: argparse.Namespace) -> dict[str, str]:
+    """``--metrics-*`` as the ``UNLEARNSIM_METRICS_*`` variables (empty without a port)."""
+    if getattr(args, "metrics_port", None) is None:
+        return {}
+    return {
+        "UNLEARNSIM_METRICS_PORT": str(args.metrics_port),
+        "UNLEARNSIM_METRICS_ADDR": str(args.metrics_addr),
+        "UNLEARNSIM_METRICS_HOLD": str(args.metrics_hold),
+    }
 
 
 def run_flower(
@@ -24,16 +62,25 @@ def run_flower(
     folder = Path(args.output or scenario.output_dir).resolve()
     timeout = {} if args.client_timeout is None else {"timeout": args.client_timeout}
     settings = FleetSettings(**timeout)
+    stream = stream_settings(args, scenario, folder)
     if scenario.transport == "flower-sim":
         from server.flower.simulation import run_simulated
 
-        return run_simulated(scenario, folder, settings, on_event=on_event, plots=not args.no_plots)
+        return run_simulated(
+            scenario,
+            folder,
+            settings,
+            on_event=on_event,
+            plots=not args.no_plots,
+            stream=stream,
+        )
     from server.flower.deployment import run_deployed
 
-    if on_event:
+    env = metrics_env(args)
+    if env and args.superlink:
         console.print(
-            "note: --metrics-port is not served for flower-deploy (the ServerApp "
-            "runs under the SuperLink)"
+            "note: --metrics-port is not passed to a remote SuperLink; set "
+            "UNLEARNSIM_METRICS_PORT in its environment (docs/flower.md)"
         )
     return run_deployed(
         scenario,
@@ -42,4 +89,6 @@ def run_flower(
         superlink=args.superlink,
         console=console,
         plots=not args.no_plots,
+        stream=stream,
+        superlink_env=env,
     )

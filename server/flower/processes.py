@@ -10,19 +10,16 @@ alive after a grace period.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from server.flower.environment import flower_env
+from server.processes import free_port, stop_trees
+from server.processes import wait_for_port as _wait_for_port
 from simulator.errors import UnlearnSimError
 
 
@@ -36,52 +33,12 @@ def executable(name: str) -> str:
     return str(path) if path.exists() else name
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes], name: str) -> None:
     """Block until ``127.0.0.1:port`` accepts connections."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    if not _wait_for_port(port, timeout, proc, name):
         if proc.poll() is not None:
             raise FlowerProcessError(f"{name} exited with code {proc.returncode} at start")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise FlowerProcessError(f"{name} did not listen on port {port} within {timeout:g} s")
-
-
-def _descendants(pids: set[int]) -> set[int]:
-    """PIDs whose parent chain leads to ``pids`` (Linux ``/proc``; empty elsewhere)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-            parent[int(entry.parent.name)] = int(fields[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    found: set[int] = set()
-    frontier = set(pids)
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        raise FlowerProcessError(f"{name} did not listen on port {port} within {timeout:g} s")
 
 
 @dataclass
@@ -95,6 +52,7 @@ class LocalFederation:
     num_clients: int
     startup_timeout: float = 60.0
     grace: float = 15.0
+    superlink_env: dict[str, str] = field(default_factory=dict)
     address: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -129,6 +87,7 @@ class LocalFederation:
                 str(port),
                 "--disable-runtime-dependency-installation",
             ],
+            extra_env=self.superlink_env,
         )
         wait_for_port(port, self.startup_timeout, link, "the SuperLink")
         self.address = f"127.0.0.1:{port}"
@@ -150,14 +109,18 @@ class LocalFederation:
         self._record()
         return self.address
 
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        env = flower_env(self.folder / "home" / name)
+        env.update(extra_env or {})
         log = (self.folder / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=flower_env(self.folder / "home" / name),
+            env=env,
             cwd=self.folder,
             start_new_session=True,
         )
@@ -174,26 +137,6 @@ class LocalFederation:
         return self.processes[f"supernode-{client_id}"].pid
 
     def stop(self) -> None:
-        """Stop every process this object started (and their recorded descendants)."""
-        started = {p.pid for p in self.processes.values() if p.poll() is None}
-        family = _descendants(started) | started
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline and any(_alive(p) for p in family):
-            for proc in self.processes.values():
-                proc.poll()  # reap our direct children
-            time.sleep(0.2)
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-        for pid in family:
-            if _alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        for proc in self.processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        """Stop every process this object started (and their descendants)."""
+        running = [p.pid for p in self.processes.values() if p.poll() is None]
+        stop_trees(running, self.grace, reap=self.processes.values())

@@ -31,8 +31,33 @@ class FleetSettings(BaseModel):
     node_wait: float = Field(default=120.0, gt=0, description="seconds to wait for SuperNodes")
 
 
+class StreamSettings(BaseModel):
+    """Where the ServerApp takes deletion requests from (run-config keys ``kafka-*``).
+
+    An empty ``bootstrap`` means the scenario's own generated stream; otherwise the ServerApp
+    consumes the Kafka requests topic (:mod:`server.kafka.session`) with these settings, the
+    same as ``unlearnsim run --stream kafka``'s options. ``idle_timeout`` 0 means no timeout.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = ""
+    requests_topic: str = "deletion-requests"
+    receipts_topic: str = "deletion-receipts"
+    dead_letter_topic: str = "deletion-dead-letters"
+    group: str = "unlearnsim"
+    max_batch_requests: int = Field(default=500, ge=1)
+    max_wait: float = Field(default=0.2, ge=0)
+    idle_timeout: float = Field(default=0.0, ge=0)
+    state_dir: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.bootstrap)
+
+
 class RunConfig(BaseModel):
-    """The ServerApp's run config: which scenario, where outputs go, fleet settings."""
+    """The ServerApp's run config: which scenario, where outputs go, fleet and stream settings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,20 +66,29 @@ class RunConfig(BaseModel):
     transport: Literal["auto", "flower-sim", "flower-deploy"] = "auto"
     plots: bool = True
     fleet: FleetSettings = FleetSettings()
+    kafka: StreamSettings = StreamSettings()
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
-        """Parse Flower's run config (keys use dashes: ``train-timeout``)."""
+        """Parse Flower's run config (keys use dashes: ``train-timeout``, ``kafka-bootstrap``)."""
         values = {k.replace("-", "_"): v for k, v in run_config.items()}
         fleet_keys = set(FleetSettings.model_fields)
         fleet = {k: v for k, v in values.items() if k in fleet_keys}
-        top = {k: v for k, v in values.items() if k not in fleet_keys}
+        kafka = {k[6:]: v for k, v in values.items() if k.startswith("kafka_")}
+        top = {k: v for k, v in values.items() if k not in fleet_keys and k[:6] != "kafka_"}
         try:
-            return cls(**top, fleet=FleetSettings(**fleet))
+            return cls(**top, fleet=FleetSettings(**fleet), kafka=StreamSettings(**kafka))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]).replace("_", "-")
             raise ConfigError(first["msg"], f"run-config {where}") from None
+
+    def to_run_config(self) -> dict[str, Any]:
+        """The flat run-config keys (dashes) that :meth:`from_run_config` reads back."""
+        values: dict[str, Any] = self.model_dump(exclude={"fleet", "kafka"})
+        values.update(self.fleet.model_dump())
+        values.update({f"kafka_{k}": v for k, v in self.kafka.model_dump().items()})
+        return {k.replace("_", "-"): v for k, v in values.items()}
 
     def scenario_path(self) -> Path:
         """The scenario file: as given, or relative to the app directory."""

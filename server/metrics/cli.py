@@ -53,16 +53,41 @@ Callback = Callable[[dict[str, Any], Any], None]
 def metrics_session(args: argparse.Namespace, console: Console) -> Iterator[list[Callback]]:
     """Yield the ``on_event`` callbacks (empty without ``--metrics-port``); stop serving after."""
     port = getattr(args, "metrics_port", None)
+    addr = getattr(args, "metrics_addr", "127.0.0.1")
+    with serving(port, addr, getattr(args, "metrics_hold", 0.0), console) as callbacks:
+        yield callbacks
+
+
+def env_metrics_session(console: Console) -> Any:
+    """:func:`serving` configured by the ``UNLEARNSIM_METRICS_*`` environment variables alone.
+
+    The Flower ServerApp uses this: it runs under the SuperLink (a process we do not start with
+    our own options), which passes its environment down, so the exporter lives where the
+    SuperLink runs (``docker/compose.yaml`` sets the variables on the ``superlink`` service).
+    """
+    port = os.environ.get("UNLEARNSIM_METRICS_PORT") or None
+    return serving(
+        None if port is None else int(port),
+        os.environ.get("UNLEARNSIM_METRICS_ADDR", "127.0.0.1"),
+        float(os.environ.get("UNLEARNSIM_METRICS_HOLD") or 0.0),
+        console,
+    )
+
+
+@contextmanager
+def serving(port: int | None, addr: str, hold: float, console: Console) -> Iterator[list[Callback]]:
+    """Serve a :class:`MetricsExporter` on ``addr:port`` (``None``: no exporter, no callbacks);
+    after the block, keep serving ``hold`` seconds so the final values are scraped."""
     if port is None:
         yield []
         return
     exporter = MetricsExporter()
-    bound = exporter.serve(port, addr=args.metrics_addr)
-    console.print(f"metrics on http://{args.metrics_addr}:{bound}/metrics")
+    bound = exporter.serve(port, addr=addr)
+    console.print(f"metrics on http://{addr}:{bound}/metrics")
     try:
         yield [exporter]
-        if args.metrics_hold > 0:
-            console.print(f"serving final metrics for {args.metrics_hold:g} s")
-            time.sleep(args.metrics_hold)
+        if hold > 0:
+            console.print(f"serving final metrics for {hold:g} s")
+            time.sleep(hold)
     finally:
         exporter.close()

@@ -26,7 +26,7 @@ from server.metrics.definitions import build_registry
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
 RETRAIN_REASONS = ("budget", "method", "requested")
-DEAD_LETTER_REASONS = ("malformed", "schema", "unknown_client", "unknown_sample", "other")
+DEAD_LETTER_REASONS = ("malformed", "oversized", "schema", "other")
 DETECTORS = ("adwin", "page_hinkley")
 STREAMS = ("accuracy", "forget_loss", "mia_auc")
 #: Evaluation stages (label ``stage``) and the event timing each one reads.

@@ -23,6 +23,9 @@ from simulator.scenario.stream_spec import StreamSpec
 #: Unlearning methods a scenario may name. Only ``decoremoval`` uses the
 #: ``decorrelation`` section; ``cr`` and ``retrain`` ignore it (uniform weights).
 KNOWN_METHODS: tuple[str, ...] = ("decoremoval", "cr", "retrain")
+#: Baselines of the paper that retrain or dampen the whole network: they run under
+#: ``unlearnsim compare`` (``simulator/unlearners``), not in the federated streaming runner.
+COMPARE_ONLY_METHODS: tuple[str, ...] = ("sisa", "dpsgd", "ssd", "cu")
 
 
 class Scenario(Section):
@@ -67,6 +70,11 @@ class Scenario(Section):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
+        if value in COMPARE_ONLY_METHODS:
+            raise ValueError(
+                f"'{value}' runs under `unlearnsim compare SCENARIO --methods {value},...`; "
+                f"a streaming run takes one of {', '.join(KNOWN_METHODS)}"
+            )
         if value not in KNOWN_METHODS:
             raise ValueError(f"should be one of {', '.join(KNOWN_METHODS)}")
         return value

@@ -1,0 +1,137 @@
+"""``unlearnsim stack up|down|status``: docker/compose.yaml's services as local processes.
+
+``up`` starts the bundled Kafka-compatible broker, Prometheus (when installed), a Flower
+SuperLink and the SuperNodes, the server and the producer, with the compose file's commands and
+environments on 127.0.0.1 (:mod:`server.stack.native`), and returns; ``--wait`` waits for the
+server to finish and prints its summary. ``down`` stops exactly the processes ``up`` recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from server.commands.run import add_overrides
+from server.stack.compose import COMPOSE_FILE
+
+DEFAULT_DIR = ".unlearnsim/stack"
+SERVER = "server"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "stack",
+        help="run docker/compose.yaml's services as local processes (up, down, status)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        help="up: scenario of the server and the producer (default: the compose file's)",
+    )
+    add_overrides(p)
+    p.add_argument(
+        "--dir", default=DEFAULT_DIR, help="state, logs and volumes (default %(default)s)"
+    )
+    p.add_argument("--compose", default=str(COMPOSE_FILE), help="compose file (default: ours)")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="up: wait until the server has finished, then print its summary",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=3600.0, help="--wait: give up after SECONDS (default 3600)"
+    )
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from server.stack import supervisor
+
+    folder = Path(args.dir).resolve()
+    if args.action == "down":
+        stopped = supervisor.down(folder)
+        console.print(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    if args.action == "status":
+        return _status(folder, console)
+    from server.stack.compose import load_compose
+    from server.stack.native import native_plan
+
+    compose = load_compose(Path(args.compose))
+    plan = native_plan(compose, folder, scenario=args.scenario, overrides=args.overrides)
+    _check_clients(plan, args)
+    try:
+        state = supervisor.up(plan, folder)
+    except BaseException:
+        supervisor.down(folder)
+        raise
+    _show(state, plan.ports, console)
+    if not args.wait:
+        console.print("[bold]unlearnsim stack down[/] stops it all")
+        return 0
+    supervisor.wait_for(folder, SERVER, args.timeout)
+    out = _output_of(state["services"][SERVER]["argv"])
+    summary = out / "kafka_summary.json"
+    if not summary.exists():
+        log = state["services"][SERVER]["log"]
+        console.print(f"[red]the server ended without {summary}[/]; see {log}")
+        return 1
+    data = json.loads(summary.read_text())
+    keys = ("records", "applied", "rejected", "duplicates", "dead_letters", "batches")
+    console.print("server finished: " + ", ".join(f"{k} {data.get(k)}" for k in keys))
+    return 0
+
+
+def _check_clients(plan: Any, args: argparse.Namespace) -> None:
+    """The scenario's client count must match the compose file's SuperNodes."""
+    from simulator.errors import ConfigError
+    from simulator.scenario import load_scenario
+
+    server = next(p for p in plan.processes if p.name == SERVER)
+    scenario = load_scenario(Path(server.cwd) / server.argv[2], overrides=args.overrides)
+    nodes = [p for p in plan.processes if p.name.startswith("supernode")]
+    if scenario.partition.num_clients != len(nodes):
+        raise ConfigError(
+            f"the scenario has {scenario.partition.num_clients} clients but the compose file "
+            f"defines {len(nodes)} SuperNodes",
+            "partition.num_clients",
+        )
+
+
+def _output_of(argv: list[str]) -> Path:
+    return Path(argv[argv.index("--output") + 1])
+
+
+def _show(state: dict[str, Any], ports: dict[tuple[str, int], int], console: Console) -> None:
+    table = Table(title=f"stack in {state['folder']}", expand=False)
+    for col in ("service", "pid", "ports (container -> 127.0.0.1)", "log"):
+        table.add_column(col)
+    for name, entry in state["services"].items():
+        mapped = ", ".join(f"{c}->{n}" for c, n in entry["ports"].items())
+        log = Path(entry["log"])
+        table.add_row(name, str(entry["pid"]), mapped, str(log.relative_to(state["folder"])))
+    for name, why in state.get("skipped", {}).items():
+        table.add_row(name, "-", "", f"skipped: {why}")
+    console.print(table)
+    if ("prometheus", 9090) in ports and "prometheus" in state["services"]:
+        console.print(f"Prometheus: http://127.0.0.1:{ports[('prometheus', 9090)]}")
+
+
+def _status(folder: Path, console: Console) -> int:
+    from server.stack.supervisor import read_state, running
+
+    state = read_state(folder)
+    if state is None:
+        console.print(f"no stack recorded in {folder}")
+        return 1
+    for name, entry in state["services"].items():
+        console.print(f"{name:12s} pid {entry['pid']:>7}  {'up' if running(entry) else 'exited'}")
+    return 0

@@ -1,0 +1,1 @@
+"""The operator stack: docker/compose.yaml, and the same services as local processes."""

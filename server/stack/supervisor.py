@@ -1,0 +1,111 @@
+"""Start the native stack's processes, record them, wait for the run, stop exactly those.
+
+``up`` starts each :class:`~server.stack.native.Process` in its own session (its PID is its
+process group), logs to ``FOLDER/logs/NAME.log``, waits for a service with a readiness port
+before starting what depends on it, and writes ``FOLDER/stack.json`` (PIDs, argv, ports) after
+every start, so that ``down`` finds everything even if ``up`` failed half-way. ``down`` stops
+the recorded process trees, only where the PID still runs the recorded command line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from server.processes import alive, cmdline, stop_trees, wait_for_port
+from server.stack.native import NativePlan, Process
+from simulator.errors import UnlearnSimError
+
+STATE_FILE = "stack.json"
+
+
+class StackError(UnlearnSimError, RuntimeError):
+    """A stack service failed to start, or the stack is already up."""
+
+
+def state_path(folder: Path) -> Path:
+    return folder / STATE_FILE
+
+
+def read_state(folder: Path) -> dict[str, Any] | None:
+    path = state_path(folder)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def running(entry: dict[str, Any]) -> bool:
+    """Whether the recorded process still runs its recorded command."""
+    return alive(int(entry["pid"])) and " ".join(entry["argv"]) in cmdline(int(entry["pid"]))
+
+
+def up(plan: NativePlan, folder: Path, *, startup_timeout: float = 60.0) -> dict[str, Any]:
+    """Start ``plan``'s processes in order; returns the recorded state."""
+    state = read_state(folder)
+    if state and any(running(e) for e in state["services"].values()):
+        raise StackError(f"a stack is already up in {folder}: `unlearnsim stack down` first")
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    state = {"folder": str(folder), "started_at": time.time(), "services": {}}
+    state["skipped"] = plan.skipped
+    for proc in plan.processes:
+        log = logs / f"{proc.name}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                proc.argv,
+                env=proc.env,
+                cwd=proc.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        entry = {**asdict(proc), "pid": popen.pid, "log": str(log)}
+        del entry["env"]  # may hold the user's secrets; the log names the service instead
+        entry["cwd"] = str(proc.cwd)
+        state["services"][proc.name] = entry
+        _write(folder, state)
+        if proc.ready_port is not None and not wait_for_port(
+            proc.ready_port, startup_timeout, popen, proc.name
+        ):
+            tail = log.read_text(errors="replace")[-1500:]
+            raise StackError(
+                f"{proc.name} did not listen on 127.0.0.1:{proc.ready_port} within "
+                f"{startup_timeout:g} s (exit code {popen.poll()}); its log:\n{tail}"
+            )
+    return state
+
+
+def wait_for(folder: Path, service: str, timeout: float) -> None:
+    """Wait until a recorded service has exited (its outputs tell how it went)."""
+    state = read_state(folder)
+    if state is None or service not in state["services"]:
+        raise StackError(f"no service '{service}' recorded in {state_path(folder)}")
+    entry = state["services"][service]
+    deadline = time.monotonic() + timeout
+    while running(entry):
+        if time.monotonic() > deadline:
+            raise StackError(f"{service} still running after {timeout:g} s; see {entry['log']}")
+        time.sleep(1.0)
+
+
+def down(folder: Path, grace: float = 20.0) -> list[str]:
+    """Stop every recorded process (and its descendants); returns the names stopped."""
+    state = read_state(folder)
+    if state is None:
+        return []
+    entries = {n: e for n, e in state["services"].items() if running(e)}
+    stop_trees([int(e["pid"]) for e in entries.values()], grace)
+    state_path(folder).unlink()
+    return list(entries)
+
+
+def _write(folder: Path, state: dict[str, Any]) -> None:
+    tmp = state_path(folder).with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(state_path(folder))
+
+
+__all__ = ["Process", "StackError", "down", "read_state", "running", "up", "wait_for"]
