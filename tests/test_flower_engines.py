@@ -187,3 +187,45 @@ def test_deployment_engine_survives_a_supernode_killed_mid_stream(tmp_path: Path
     clients = json.loads((out / "clients.json").read_text())
     assert set(clients["clients"]) == {"0", "2"}
     assert not [n for n, pid in pids.items() if alive(pid)]
+
+
+def test_kafka_stream_on_the_simulation_engine_matches_inprocess(tmp_path: Path) -> None:
+    """``--stream kafka`` over Flower: the ServerApp consumes the topic and answers the same
+    receipts, with the same final head, as the in-process consumer."""
+    from kafka_support import read_receipts
+
+    from server.cli import main
+    from server.kafka.broker import LocalBroker, free_port
+    from server.kafka.producer import replay_requests, scenario_requests
+    from server.kafka.topics import Topics
+
+    requests = scenario_requests(load_scenario(SCENARIO))
+    with LocalBroker(free_port()) as broker:
+        replay_requests(requests, bootstrap=broker.bootstrap, topics=Topics())
+        outs, receipts = {}, {}
+        for transport in ("inprocess", "flower-sim"):
+            out = tmp_path / transport
+            topics = Topics(receipts=f"receipts-{transport}")
+            args = [
+                "--stream", "kafka", "--bootstrap", broker.bootstrap, "--group", transport,
+                "--receipts-topic", topics.receipts, "--idle-timeout", "3",
+            ]  # fmt: skip
+            if transport == "inprocess":
+                assert main(["run", str(SCENARIO), "--output", str(out), *args]) == 0
+            else:
+                done = subprocess.run(
+                    cli(out, transport, *args), capture_output=True, text=True, timeout=420
+                )
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            outs[transport] = json.loads((out / "kafka_summary.json").read_text())
+            receipts[transport] = {r.request_id: r for r in read_receipts(broker.bootstrap, topics)}
+    a, b = receipts["inprocess"], receipts["flower-sim"]
+    assert sorted(a) == sorted(r.request_id for r in requests) == sorted(b)
+    for rid, r in a.items():
+        assert (b[rid].status, b[rid].model_version) == (r.status, r.model_version)
+        assert b[rid].residual == pytest.approx(r.residual, rel=1e-9, abs=1e-15)
+    sa, sb = outs["inprocess"], outs["flower-sim"]
+    assert (sb["applied"], sb["samples"], sb["model_version"]) == (
+        sa["applied"], sa["samples"], sa["model_version"],
+    )  # fmt: skip
+    assert sb["metrics"]["accuracy_test"] == pytest.approx(sa["metrics"]["accuracy_test"])

@@ -112,9 +112,9 @@ def test_shift_rules() -> None:
     assert scenario(shifts=[noise]).shifts[0].applies_to == "test"
     # synthetic data ships its own shifted (OOD) set; digits has none unless ood is set
     assert scenario(shifts=[{**noise, "applies_to": "ood"}]).shifts[0].applies_to == "ood"
-    assert problem_paths(
-        data={"source": "digits"}, shifts=[{**noise, "applies_to": "ood"}]
-    ) == ["shifts.0.applies_to"]
+    assert problem_paths(data={"source": "digits"}, shifts=[{**noise, "applies_to": "ood"}]) == [
+        "shifts.0.applies_to"
+    ]
     assert problem_paths(shifts=[{**noise, "start": 4}]) == ["shifts.0.start"]
     assert problem_paths(shifts=[{**noise, "prior": [0.5, 0.5]}]) == ["shifts.0.prior"]
     prior = {"kind": "class_prior", "start": 0, "prior": [0.2, 0.3, 0.5]}
