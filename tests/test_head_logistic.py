@@ -96,3 +96,20 @@ def test_bad_shapes_and_labels() -> None:
     X, y = planted_problem(10, 3, 2, seed=0)
     with pytest.raises(InputError):
         shard_statistics(X, signed_labels(y, 2), np.ones(9), np.zeros((3, 2)))
+
+
+def test_gram_matrix_with_pending_rows_equals_the_downdated_matrix() -> None:
+    """The lazy Gram matrix's quadratic form and matrix equal the explicit downdates."""
+    from simulator.head.gram import GramMatrix
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 6))
+    gram = GramMatrix(X.T @ X, max_pending=5)
+    keep = np.ones(40, dtype=bool)
+    for chunk in ([0], [1, 2], [3], [4, 5, 6], [7]):  # folds once past 5 pending rows
+        gram.downdate(X[chunk])
+        keep[chunk] = False
+        exact = X[keep].T @ X[keep]
+        U = rng.normal(size=(6, 3))
+        np.testing.assert_allclose(gram.quadratic(U), np.einsum("ik,ik->k", U, exact @ U))
+    np.testing.assert_allclose(gram.matrix(), exact)

@@ -43,6 +43,7 @@ from simulator.head.certificate import (
 )
 from simulator.head.config import HeadConfig, RemovalReport
 from simulator.head.data import HeadData
+from simulator.head.gram import GramMatrix
 from simulator.head.logistic import objective_gradient, objective_hessian
 from simulator.head.solver import HessianSolver
 from simulator.head.threads import single_threaded_blas
@@ -117,7 +118,7 @@ class CertifiedHead:
         self._W = res.W
         self._W_ref = res.W.copy()
         self._solver = HessianSolver(res.hessian)
-        self._gram = res.gram
+        self._gram = GramMatrix(res.gram)
         self._spectral = _spectral_upper_bound(res.gram)
         self._cumulative = float(res.gradient_norms.sum())
         self._carried = self._gradient_exact()
@@ -133,7 +134,7 @@ class CertifiedHead:
         self._W = np.zeros((d, k))
         self._W_ref = self._W.copy()
         self._solver = HessianSolver(np.broadcast_to(np.eye(d), (k, d, d)).copy())
-        self._gram = np.zeros((d, d))
+        self._gram = GramMatrix(np.zeros((d, d)))
         self._spectral = 0.0
         self._cumulative = 0.0
         self._carried = np.zeros((d, k))
@@ -151,7 +152,7 @@ class CertifiedHead:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
         stats = self.data.statistics(self._W, hessian=True)
         self._solver.replace(objective_hessian(stats, lam=self.config.lam))
-        self._spectral = _spectral_upper_bound(self._gram)  # kept current by downdates
+        self._spectral = _spectral_upper_bound(self._gram.matrix())  # kept current
         self._W_ref = self._W.copy()
         self._since_refresh = 0
 
@@ -204,7 +205,7 @@ class CertifiedHead:
         if cfg.bound == "exact":
             g = g + self._carried
         rows = delta.removed_rows
-        self._gram -= rows.T @ rows
+        self._gram.downdate(rows)
         if cfg.hessian_mode == "rebuild":
             stats = self.data.statistics(self._W, hessian=True)
             assert stats.hessian is not None
@@ -241,7 +242,7 @@ class CertifiedHead:
             max_weight=delta.max_weight,
         )
         # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
-        proj_sq = np.einsum("ik,ik->k", solved.step, self._gram @ solved.step)
+        proj_sq = self._gram.quadratic(solved.step)
         proj = np.sqrt(np.maximum(proj_sq, 0.0))
         data_b = data_dependent_bound(
             spectral_norm=self._spectral,

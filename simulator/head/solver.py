@@ -7,10 +7,10 @@ The aggregate ``H_k`` (K x d x d) is never rebuilt over all data per removal (``
 
 so the solver keeps a Cholesky factor of a *base* matrix and the pending rows ``x_j`` with
 their per-class coefficients. Solves apply the Woodbury identity to the pending rows
-(Hager 1989, "Updating the inverse of a matrix") and correct for ``mu I`` by iterative
-refinement against the exact implicit matrix, whose relative size ``mu / (lam n)`` is the
-fraction of rows removed since the last factorisation, so one or two refinements reach
-machine precision. A removal therefore costs a few ``O(d^2)`` triangular solves per class,
+(Hager 1989, "Updating the inverse of a matrix") and correct for ``mu I`` by a Neumann step or
+preconditioned conjugate gradients against the exact implicit matrix, whose relative size
+``mu / (lam n)`` is the fraction of rows removed since the last factorisation, so one step
+reaches ``rtol``. A removal therefore costs a few ``O(d^2)`` triangular solves per class,
 not the ``O(d^3 / 3)`` of a fresh Cholesky factorisation. Past ``max_pending_rows`` pending
 rows, or after a dense change (sample re-weighting), the pending terms are folded into the
 base and the factor is recomputed. No explicit inverse is ever formed.
@@ -221,6 +221,33 @@ class HessianSolver:
             step=u, residual_norms=res, refinements=refinements, refactored=refactored
         )
 
+    def _conjugate_gradients(
+        self,
+        c: int,
+        x: FloatArray,
+        r: FloatArray,
+        z: FloatArray,
+        cap: FloatArray | None,
+        tol: float,
+    ) -> tuple[FloatArray, int]:
+        """Preconditioned CG from ``x`` (residual ``r``, preconditioned ``z``) to ``tol``."""
+        p = z
+        rz = float(r @ z)
+        it = 0
+        while it < self.max_refine:
+            it += 1
+            hp = self._matvec(c, p)
+            alpha = rz / float(p @ hp)
+            x = x + alpha * p
+            r = r - alpha * hp
+            if float(np.linalg.norm(r)) <= tol:
+                break
+            z = self._woodbury(c, r, cap)
+            rz_new = float(r @ z)
+            p = z + (rz_new / rz) * p
+            rz = rz_new
+        return x, it
+
     def _solve_one(self, c: int, b: FloatArray) -> tuple[FloatArray, float, int, bool]:
         """Conjugate gradients on the exact matrix, preconditioned by the Woodbury solve.
 
@@ -244,20 +271,12 @@ class HessianSolver:
         it = 0
         if rnorm > tol:
             z = self._woodbury(c, r, cap)
-            p = z
-            rz = float(r @ z)
-            while it < self.max_refine:
-                it += 1
-                hp = self._matvec(c, p)
-                alpha = rz / float(p @ hp)
-                x = x + alpha * p
-                r = r - alpha * hp
-                if float(np.linalg.norm(r)) <= tol:
-                    break
-                z = self._woodbury(c, r, cap)
-                rz_new = float(r @ z)
-                p = z + (rz_new / rz) * p
-                rz = rz_new
+            if self._mu * float(np.linalg.norm(z)) <= tol:
+                # a Neumann step: x0 + M^{-1} r0 leaves the residual mu M^{-1} r0 = mu z, again
+                # known without a product with H (the usual case: it saves that product)
+                x, it = x + z, 1
+            else:
+                x, it = self._conjugate_gradients(c, x, r, z, cap, tol)
         # certify with the true residual, not the recurrence
         rnorm = float(np.linalg.norm(b - self._matvec(c, x)))
         return x, rnorm, it, rnorm <= 1e3 * tol
