@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from server.kafka.ledger import Ledger
 from simulator.head import RemovalReport
+from simulator.runner.loop import expand
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionReceipt, DeletionRequest
 
@@ -32,31 +33,6 @@ class BatchResult:
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.receipts)
-
-
-def expand_batch(
-    fed: Federation, batch: Sequence[DeletionRequest]
-) -> tuple[list[int], dict[str, str]]:
-    """Sample ids a micro-batch deletes, in request order, and the rejected requests' reasons."""
-    ids: list[int] = []
-    rejected: dict[str, str] = {}
-    seen: set[int] = set()
-    for req in batch:
-        if req.client_id is not None:
-            client = fed.clients.get(req.client_id)
-            if client is None:
-                rejected[req.request_id] = f"unknown client {req.client_id}"
-                continue
-            wanted = [i for i in (int(j) for j in client.retained_ids) if i not in seen]
-        else:
-            wanted = list(req.sample_ids or [])
-            bad = fed.head_data.unknown_ids(wanted) or [i for i in wanted if i in seen]
-            if bad:
-                rejected[req.request_id] = f"unknown or already deleted sample ids: {bad[:5]}"
-                continue
-        seen.update(wanted)
-        ids.extend(wanted)
-    return ids, rejected
 
 
 def apply_requests(
@@ -88,7 +64,7 @@ def apply_requests(
         if req.request_id not in ledger and req.request_id not in batch_ids:
             fresh.append(req)
             batch_ids.add(req.request_id)
-    ids, rejected = expand_batch(fed, fresh)
+    ids, rejected = expand(fed, fresh)
     report = None
     if ids:
         report = fed.head.remove(ids, retrain=fed.scenario.method == "retrain")

@@ -9,7 +9,7 @@ the retrained reference at ``evaluation.checkpoints``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -123,8 +123,15 @@ def iterate_batches(fed: Federation) -> Iterator[list[DeletionRequest]]:
     yield from batches(fed.requests, fed.scenario.stream.max_batch_requests)
 
 
-def expand(fed: Federation, batch: list[DeletionRequest]) -> tuple[list[int], dict[str, str]]:
-    """Sample ids a batch deletes, and the requests rejected with their reasons."""
+def expand(
+    fed: Federation, batch: Sequence[DeletionRequest]
+) -> tuple[list[int], dict[str, str]]:
+    """Sample ids a batch deletes, in request order, and the rejected requests' reasons.
+
+    A client withdrawal deletes the client's retained rows not already named earlier in the
+    batch; a sample request naming an unknown, already deleted or already named id is rejected
+    whole (nothing of it is deleted).
+    """
     ids: list[int] = []
     rejected: dict[str, str] = {}
     seen: set[int] = set()
@@ -134,16 +141,13 @@ def expand(fed: Federation, batch: list[DeletionRequest]) -> tuple[list[int], di
             if client is None:
                 rejected[req.request_id] = f"unknown client {req.client_id}"
                 continue
-            wanted = [int(i) for i in client.retained_ids]
+            wanted = [i for i in (int(j) for j in client.retained_ids) if i not in seen]
         else:
             wanted = list(req.sample_ids or [])
-        unknown = fed.head_data.unknown_ids(wanted)
-        clash = [i for i in wanted if i in seen]
-        if unknown or clash:
-            rejected[req.request_id] = (
-                f"unknown or already deleted sample ids: {(unknown or clash)[:5]}"
-            )
-            continue
+            bad = fed.head_data.unknown_ids(wanted) or [i for i in wanted if i in seen]
+            if bad:
+                rejected[req.request_id] = f"unknown or already deleted sample ids: {bad[:5]}"
+                continue
         seen.update(wanted)
         ids.extend(wanted)
     return ids, rejected
