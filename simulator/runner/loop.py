@@ -123,9 +123,7 @@ def iterate_batches(fed: Federation) -> Iterator[list[DeletionRequest]]:
     yield from batches(fed.requests, fed.scenario.stream.max_batch_requests)
 
 
-def expand(
-    fed: Federation, batch: Sequence[DeletionRequest]
-) -> tuple[list[int], dict[str, str]]:
+def expand(fed: Federation, batch: Sequence[DeletionRequest]) -> tuple[list[int], dict[str, str]]:
     """Sample ids a batch deletes, in request order, and the rejected requests' reasons.
 
     A client withdrawal deletes the client's retained rows not already named earlier in the
