@@ -107,31 +107,17 @@ def consume_on_grid(
     the run. A non-empty ``kafka-state-dir`` given explicitly is refused: its head would not
     match the SuperNodes' data (resuming is the in-process transport's).
     """
-    from server.kafka.batcher import BatchPolicy
-    from server.kafka.cli import as_kafka_source
-    from server.kafka.consumer import ConsumerConfig
-    from server.kafka.session import EVENTS_FILE, consume
-    from server.kafka.topics import Topics
+    from server.kafka.cli import as_kafka_source, consumer_config
+    from server.kafka.session import consume
     from simulator.runner.setup import build_federation
 
-    state_dir = (
-        Path(stream.state_dir) if stream.state_dir else folder / "kafka-state" / f"run-{run_id}"
-    )
-    if any(state_dir.glob("*")):
+    config = consumer_config(stream, folder, default_state=folder / "kafka-state" / f"run-{run_id}")
+    if any(config.state_dir.glob("*")):
         raise ConfigError(
-            f"{state_dir} holds a checkpoint of an earlier run; resuming is supported on the "
-            "in-process transport only: give a fresh kafka-state-dir",
+            f"{config.state_dir} holds a checkpoint of an earlier run; resuming is supported "
+            "on the in-process transport only: give a fresh kafka-state-dir",
             "run-config kafka-state-dir",
         )
-    config = ConsumerConfig(
-        bootstrap=stream.bootstrap,
-        state_dir=state_dir,
-        topics=Topics(stream.requests_topic, stream.receipts_topic, stream.dead_letter_topic),
-        group_id=stream.group,
-        batch=BatchPolicy(max_requests=stream.max_batch_requests, max_wait=stream.max_wait),
-        idle_timeout=stream.idle_timeout or None,
-        events_path=folder / EVENTS_FILE,
-    )
     scenario = as_kafka_source(scenario)
     fed = build_federation(scenario, transport=flower)
     summary = consume(fed, config, folder, console, [*on_event])

@@ -189,3 +189,14 @@ def test_run_config_round_trips_and_matches_pyproject() -> None:
     )
     again = RunConfig.from_run_config(config.to_run_config())
     assert again == config and again.kafka.enabled and not RunConfig().kafka.enabled
+    # the settings' defaults are the consumer's own (one source of truth for both paths)
+    from server.kafka.batcher import BatchPolicy
+    from server.kafka.cli import consumer_config
+    from server.kafka.topics import Topics
+
+    default = consumer_config(StreamSettings(bootstrap="x:1"), APP_DIR)
+    assert default.topics == Topics()
+    assert (default.batch.max_requests, default.batch.max_wait) == (
+        BatchPolicy().max_requests,
+        BatchPolicy().max_wait,
+    )

@@ -206,10 +206,12 @@ def test_every_shipped_scenario_runs(tmp_path: Path, name: str) -> None:
 
 
 def test_every_shipped_scenario_has_a_test() -> None:
-    # federation_tiny.yaml is the Flower tests' scenario (tests/test_flower_*.py run it)
+    # federation_tiny.yaml is the Flower tests' scenario (tests/test_flower_*.py run it),
+    # stack.yaml the operator stack's (tests/test_stack_native.py runs it)
     shipped = {p.name for p in SCENARIOS.glob("*.yaml")} - {
         "quickstart.yaml",
         "federation_tiny.yaml",
+        "stack.yaml",
     }
     assert shipped <= set(SHORT)
 

@@ -17,28 +17,8 @@ from rich.console import Console
 
 from server.flower.settings import FleetSettings, StreamSettings
 from server.kafka.options import uses_kafka
-from simulator.errors import ConfigError
 from simulator.runner import RunResult
 from simulator.scenario import Scenario
-
-
-def stream_settings(args: argparse.Namespace, scenario: Scenario, folder: Path) -> StreamSettings:
-    """The ServerApp's stream settings from ``run``'s Kafka options (disabled without Kafka)."""
-    if not uses_kafka(args, scenario):
-        return StreamSettings()
-    if not args.bootstrap:
-        raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
-    return StreamSettings(
-        bootstrap=args.bootstrap,
-        requests_topic=args.requests_topic,
-        receipts_topic=args.receipts_topic,
-        dead_letter_topic=args.dead_letter_topic,
-        group=args.group,
-        max_batch_requests=args.max_batch_requests,
-        max_wait=args.max_wait,
-        idle_timeout=args.idle_timeout or 0.0,
-        state_dir=str(Path(args.state_dir).resolve()) if args.state_dir else "",
-    )
 
 
 def metrics_env(args: argparse.Namespace) -> dict[str, str]:
@@ -62,7 +42,11 @@ def run_flower(
     folder = Path(args.output or scenario.output_dir).resolve()
     timeout = {} if args.client_timeout is None else {"timeout": args.client_timeout}
     settings = FleetSettings(**timeout)
-    stream = stream_settings(args, scenario, folder)
+    stream = StreamSettings()
+    if uses_kafka(args, scenario):
+        from server.kafka.cli import stream_from_args
+
+        stream = stream_from_args(args)
     if scenario.transport == "flower-sim":
         from server.flower.simulation import run_simulated
 

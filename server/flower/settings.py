@@ -12,7 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from server.kafka.settings import StreamSettings
 from simulator.errors import ConfigError
+
+__all__ = ["APP_DIR", "FleetSettings", "RunConfig", "StreamSettings"]
 
 APP_DIR = Path(__file__).resolve().parents[2]
 
@@ -29,31 +32,6 @@ class FleetSettings(BaseModel):
     retries: int = Field(default=1, ge=0, description="extra attempts of repeatable messages")
     poll_interval: float = Field(default=0.2, gt=0, description="seconds between reply pulls")
     node_wait: float = Field(default=120.0, gt=0, description="seconds to wait for SuperNodes")
-
-
-class StreamSettings(BaseModel):
-    """Where the ServerApp takes deletion requests from (run-config keys ``kafka-*``).
-
-    An empty ``bootstrap`` means the scenario's own generated stream; otherwise the ServerApp
-    consumes the Kafka requests topic (:mod:`server.kafka.session`) with these settings, the
-    same as ``unlearnsim run --stream kafka``'s options. ``idle_timeout`` 0 means no timeout.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    bootstrap: str = ""
-    requests_topic: str = "deletion-requests"
-    receipts_topic: str = "deletion-receipts"
-    dead_letter_topic: str = "deletion-dead-letters"
-    group: str = "unlearnsim"
-    max_batch_requests: int = Field(default=500, ge=1)
-    max_wait: float = Field(default=0.2, ge=0)
-    idle_timeout: float = Field(default=0.0, ge=0)
-    state_dir: str = ""
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.bootstrap)
 
 
 class RunConfig(BaseModel):

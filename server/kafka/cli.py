@@ -16,24 +16,44 @@ from rich.console import Console
 
 from server.kafka.batcher import BatchPolicy
 from server.kafka.consumer import ConsumerConfig, EventHook
-from server.kafka.options import topics_from
 from server.kafka.session import EVENTS_FILE, consume
+from server.kafka.settings import StreamSettings
+from server.kafka.topics import Topics
 from simulator.errors import ConfigError
 from simulator.scenario import Scenario
 
 
-def consumer_config(args: argparse.Namespace, out: Path) -> ConsumerConfig:
-    """The consumer settings of ``run --stream kafka`` (:mod:`server.kafka.options`)."""
+def stream_from_args(args: argparse.Namespace) -> StreamSettings:
+    """``run --stream kafka``'s options (:mod:`server.kafka.options`) as settings."""
     if not args.bootstrap:
         raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
-    return ConsumerConfig(
+    return StreamSettings(
         bootstrap=args.bootstrap,
-        state_dir=Path(args.state_dir) if args.state_dir else out / "kafka-state",
-        topics=topics_from(args),
-        group_id=args.group,
-        batch=BatchPolicy(max_requests=args.max_batch_requests, max_wait=args.max_wait),
-        idle_timeout=args.idle_timeout,
-        fsync=not args.no_fsync,
+        requests_topic=args.requests_topic,
+        receipts_topic=args.receipts_topic,
+        dead_letter_topic=args.dead_letter_topic,
+        group=args.group,
+        max_batch_requests=args.max_batch_requests,
+        max_wait=args.max_wait,
+        idle_timeout=args.idle_timeout or 0.0,
+        state_dir=str(Path(args.state_dir).resolve()) if args.state_dir else "",
+    )
+
+
+def consumer_config(
+    stream: StreamSettings, out: Path, *, default_state: Path | None = None, fsync: bool = True
+) -> ConsumerConfig:
+    """The consumer's configuration: state in ``stream.state_dir``, else ``default_state``
+    (else ``out/kafka-state``), events in ``out/kafka_events.jsonl``."""
+    state = Path(stream.state_dir) if stream.state_dir else default_state or out / "kafka-state"
+    return ConsumerConfig(
+        bootstrap=stream.bootstrap,
+        state_dir=state,
+        topics=Topics(stream.requests_topic, stream.receipts_topic, stream.dead_letter_topic),
+        group_id=stream.group,
+        batch=BatchPolicy(max_requests=stream.max_batch_requests, max_wait=stream.max_wait),
+        idle_timeout=stream.idle_timeout or None,
+        fsync=fsync,
         events_path=out / EVENTS_FILE,
     )
 
@@ -56,7 +76,7 @@ def run_kafka(
     from simulator.runner.setup import build_federation
 
     out = Path(args.output or scenario.output_dir)
-    config = consumer_config(args, out)
+    config = consumer_config(stream_from_args(args), out, fsync=not args.no_fsync)
     scenario = as_kafka_source(scenario)
     with _blas_limit(args.blas_threads):
         with console.status(f"[bold]{scenario.name}[/]: loading data and training"):
