@@ -83,7 +83,7 @@ def test_stack_up_answers_every_request_and_down_leaves_nothing(tmp_path: Path) 
         family = descendants(leaders) | set(leaders)
         assert any(alive(p) for p in family)  # the broker, SuperLink, SuperNodes, Prometheus
     finally:
-        down = stack("down", "--dir", str(folder), timeout=120)
+        down = stack("down", "--dir", str(folder), "--volumes", timeout=120)
     assert down.returncode == 0, down.stderr
     assert not [p for p in family if alive(p)]
-    assert not (folder / "stack.json").exists()
+    assert not (folder / "stack.json").exists() and not (folder / "volumes").exists()

@@ -49,6 +49,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--timeout", type=float, default=3600.0, help="--wait: give up after SECONDS (default 3600)"
     )
+    p.add_argument(
+        "-v",
+        "--volumes",
+        action="store_true",
+        help="down: also delete the volumes (run outputs, Prometheus data) and logs",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -57,7 +63,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
     folder = Path(args.dir).resolve()
     if args.action == "down":
-        stopped = supervisor.down(folder)
+        stopped = supervisor.down(folder, volumes=args.volumes)
         console.print(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
         return 0
     if args.action == "status":
@@ -80,7 +86,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     supervisor.wait_for(folder, SERVER, args.timeout)
     out = _output_of(state["services"][SERVER]["argv"])
     summary = out / "kafka_summary.json"
-    if not summary.exists():
+    if not summary.exists() or summary.stat().st_mtime < state["started_at"]:
         log = state["services"][SERVER]["log"]
         console.print(f"[red]the server ended without {summary}[/]; see {log}")
         return 1

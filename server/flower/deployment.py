@@ -160,7 +160,8 @@ def _wait(
     once the ServerApp has written its last file (``transport.json``) in a local run folder.
     """
     deadline = time.monotonic() + wall_limit
-    shown = 0
+    # an output folder reused from an earlier run keeps its events: show only the new ones
+    shown = len(events.read_text().splitlines()) if events.exists() else 0
     next_ask = 0.0
     while True:
         shown = _echo_events(events, shown, console)

@@ -34,6 +34,8 @@ from server.processes import free_port
 from server.stack.compose import IMAGE_WORKDIR, ROOT, Compose, Service
 from simulator.errors import ConfigError
 
+#: Folder of the stack that holds the named volumes (``FOLDER/volumes/NAME``).
+VOLUMES = "volumes"
 #: Services replaced by something bundled, or skipped, instead of running their image.
 KAFKA, PROMETHEUS, GRAFANA = "kafka", "prometheus", "grafana"
 
@@ -77,7 +79,7 @@ class Rewriter:
         self.paths: dict[str, str] = {IMAGE_WORKDIR: str(ROOT)}
         for service in compose.services.values():
             for m in service.mounts:
-                host = m.source if m.source is not None else folder / "volumes" / m.volume
+                host = m.source if m.source is not None else folder / VOLUMES / m.volume
                 self.paths[m.target] = str(host)
 
     def __call__(self, service: str, text: str) -> str:

@@ -10,6 +10,7 @@ the recorded process trees, only where the PID still runs the recorded command l
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from dataclasses import asdict
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from server.processes import alive, cmdline, stop_trees, wait_for_port
-from server.stack.native import NativePlan, Process
+from server.stack.native import VOLUMES, NativePlan, Process
 from simulator.errors import UnlearnSimError
 
 STATE_FILE = "stack.json"
@@ -91,14 +92,18 @@ def wait_for(folder: Path, service: str, timeout: float) -> None:
         time.sleep(1.0)
 
 
-def down(folder: Path, grace: float = 20.0) -> list[str]:
-    """Stop every recorded process (and its descendants); returns the names stopped."""
+def down(folder: Path, grace: float = 20.0, *, volumes: bool = False) -> list[str]:
+    """Stop every recorded process (and its descendants); returns the names stopped.
+
+    Volumes (run outputs, Prometheus data) persist across ``up``/``down`` as compose's named
+    volumes do; ``volumes=True`` deletes them and the logs (``docker compose down -v``)."""
     state = read_state(folder)
-    if state is None:
-        return []
-    entries = {n: e for n, e in state["services"].items() if running(e)}
+    entries = {} if state is None else {n: e for n, e in state["services"].items() if running(e)}
     stop_trees([int(e["pid"]) for e in entries.values()], grace)
-    state_path(folder).unlink()
+    state_path(folder).unlink(missing_ok=True)
+    if volumes:
+        for sub in (VOLUMES, "logs", "flower-home"):
+            shutil.rmtree(folder / sub, ignore_errors=True)
     return list(entries)
 
 

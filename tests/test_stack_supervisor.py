@@ -1,0 +1,86 @@
+"""The native stack's supervisor with plain processes: start in order, wait for readiness,
+record, refuse a second ``up``, and stop exactly the recorded process trees (also a child
+that left for a session of its own), never a PID that now runs something else."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from server.processes import alive, descendants, free_port, port_open
+from server.stack.native import NativePlan, Process
+from server.stack.supervisor import StackError, down, read_state, running, up
+
+#: a parent that starts a grandchild in a session of its own, then waits
+PARENT = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+    "start_new_session=True); time.sleep(300)"
+)
+
+
+def plan(tmp_path: Path, port: int) -> NativePlan:
+    server = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+    return NativePlan(
+        [
+            Process("web", server, {}, tmp_path, {8000: port}, ready_port=port),
+            Process("parent", [sys.executable, "-c", PARENT], {}, tmp_path),
+        ],
+        skipped={"grafana": "not here"},
+        ports={("web", 8000): port},
+    )
+
+
+def test_up_records_and_down_stops_the_whole_trees(tmp_path: Path) -> None:
+    port = free_port()
+    state = up(plan(tmp_path, port), tmp_path)
+    try:
+        assert port_open(port)  # up returned only once the ready port listened
+        pids = [int(e["pid"]) for e in state["services"].values()]
+        deadline = time.monotonic() + 10
+        while len(descendants(pids)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        family = descendants(pids) | set(pids)
+        assert len(family) >= 3 and all(alive(p) for p in family)
+        recorded = read_state(tmp_path)
+        assert recorded is not None and recorded["skipped"] == {"grafana": "not here"}
+        assert all(running(e) for e in recorded["services"].values())
+        assert "env" not in recorded["services"]["web"]  # environments are not written out
+        with pytest.raises(StackError, match="already up"):
+            up(plan(tmp_path, free_port()), tmp_path)
+    finally:
+        stopped = down(tmp_path, grace=5)
+    assert sorted(stopped) == ["parent", "web"]
+    assert not [p for p in family if alive(p)]
+    assert read_state(tmp_path) is None and not port_open(port)
+
+
+def test_down_never_signals_a_pid_that_runs_something_else(tmp_path: Path) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = {"folder": str(tmp_path), "started_at": 0, "services": {
+            "web": {"pid": other.pid, "argv": ["/usr/bin/prometheus", "--x"], "log": "l"}
+        }}  # fmt: skip
+        (tmp_path / "stack.json").write_text(json.dumps(state))
+        assert down(tmp_path, grace=1) == []
+        assert other.poll() is None  # the recycled PID was left alone
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_service_that_never_listens_fails_up_with_its_log(tmp_path: Path) -> None:
+    bad = NativePlan(
+        [Process("web", [sys.executable, "-c", "print('boom'); raise SystemExit(3)"], {},
+                 tmp_path, {}, ready_port=free_port())],
+        skipped={},
+        ports={},
+    )  # fmt: skip
+    with pytest.raises(StackError, match="boom"):
+        up(bad, tmp_path, startup_timeout=10)
+    down(tmp_path)
