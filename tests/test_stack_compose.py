@@ -161,3 +161,13 @@ def test_malformed_compose_is_a_clear_error(tmp_path: Path, bad: str) -> None:
     path.write_text(bad)
     with pytest.raises(ConfigError):
         load_compose(path)
+
+
+def test_stack_up_refuses_a_scenario_that_does_not_fit_the_supernodes(tmp_path: Path) -> None:
+    """quickstart has 5 clients, the compose file 3 SuperNodes: an error, nothing started."""
+    from server.cli import main
+
+    folder = tmp_path / "stack"
+    assert main(["stack", "up", "scenarios/quickstart.yaml", "--dir", str(folder)]) == 2
+    assert not (folder / "stack.json").exists()
+    assert main(["stack", "status", "--dir", str(folder)]) == 1

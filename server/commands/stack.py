@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from server.commands.run import add_overrides
 from server.stack.compose import COMPOSE_FILE
+
+if TYPE_CHECKING:
+    from server.stack.native import NativePlan
 
 DEFAULT_DIR = ".unlearnsim/stack"
 SERVER = "server"
@@ -96,7 +99,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_clients(plan: Any, args: argparse.Namespace) -> None:
+def _check_clients(plan: NativePlan, args: argparse.Namespace) -> None:
     """The scenario's client count must match the compose file's SuperNodes."""
     from simulator.errors import ConfigError
     from simulator.scenario import load_scenario
