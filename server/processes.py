@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,9 +36,16 @@ def port_open(port: int, host: str = HOST) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def wait_for_port(
-    port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None, name: str = "process"
-) -> bool:
+def executable(name: str) -> str:
+    """A console script of this Python environment (next to ``sys.executable``), else ``PATH``'s.
+
+    Flower's SuperLink and SuperNodes, and our ``unlearnsim``, come from the same environment
+    as the command that starts them."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else (shutil.which(name) or name)
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
     """Block until ``127.0.0.1:port`` accepts connections; ``False`` if ``proc`` exited first or
     the time ran out."""
     deadline = time.monotonic() + timeout

@@ -22,8 +22,9 @@ from typing import Any
 from rich.console import Console
 
 from server.flower.environment import flower_env
-from server.flower.processes import FlowerProcessError, LocalFederation, executable
+from server.flower.processes import FlowerProcessError, LocalFederation
 from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
+from server.processes import executable
 from simulator.runner import RunResult
 from simulator.scenario import Scenario, scenario_to_yaml
 

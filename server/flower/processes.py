@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from server.flower.environment import flower_env
-from server.processes import free_port, stop_trees
+from server.processes import executable, free_port, stop_trees
 from server.processes import wait_for_port as _wait_for_port
 from simulator.errors import UnlearnSimError
 
@@ -27,15 +26,9 @@ class FlowerProcessError(UnlearnSimError, RuntimeError):
     """A Flower process could not be started, or a Flower run failed."""
 
 
-def executable(name: str) -> str:
-    """A Flower command from this Python environment (next to ``sys.executable``)."""
-    path = Path(sys.executable).parent / name
-    return str(path) if path.exists() else name
-
-
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes], name: str) -> None:
     """Block until ``127.0.0.1:port`` accepts connections."""
-    if not _wait_for_port(port, timeout, proc, name):
+    if not _wait_for_port(port, timeout, proc):
         if proc.poll() is not None:
             raise FlowerProcessError(f"{name} exited with code {proc.returncode} at start")
         raise FlowerProcessError(f"{name} did not listen on port {port} within {timeout:g} s")

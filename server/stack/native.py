@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from server.flower.environment import flower_env
-from server.processes import free_port
+from server.processes import executable, free_port
 from server.stack.compose import IMAGE_WORKDIR, ROOT, Compose, Service
 from simulator.errors import ConfigError
 
@@ -97,12 +96,6 @@ class Rewriter:
         for target in sorted(self.paths, key=len, reverse=True):
             out = re.sub(rf"(?<![\w/]){re.escape(target)}(?=/|$)", self.paths[target], out)
         return out
-
-
-def executable(name: str) -> str:
-    """A console script of this Python environment (next to ``sys.executable``), else PATH."""
-    path = Path(sys.executable).parent / name
-    return str(path) if path.exists() else (shutil.which(name) or name)
 
 
 def _base_env(home: Path) -> dict[str, str]:

@@ -69,7 +69,7 @@ def up(plan: NativePlan, folder: Path, *, startup_timeout: float = 60.0) -> dict
         state["services"][proc.name] = entry
         _write(folder, state)
         if proc.ready_port is not None and not wait_for_port(
-            proc.ready_port, startup_timeout, popen, proc.name
+            proc.ready_port, startup_timeout, popen
         ):
             tail = log.read_text(errors="replace")[-1500:]
             raise StackError(
