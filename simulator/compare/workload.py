@@ -28,9 +28,7 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
-from simulator.features.decorrelation import DecorrelationConfig
-from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
+from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, original_labels
 from simulator.runner.seeds import stage_rng
 from simulator.runner.setup import load_dataset, split_clients
@@ -75,39 +73,17 @@ class Workload:
 
 def settings_from_scenario(scenario: Scenario) -> ModelSettings:
     """Shared model settings from a scenario's ``model``, ``rff``, ``head``, ``decorrelation``."""
-    m, h, dc = scenario.model, scenario.head, scenario.decorrelation
+    m = scenario.model
     bandwidth = scenario.rff.bandwidth
     return ModelSettings(
-        backbone=BackboneSpec(
-            kind=m.backbone,
-            feature_dim=m.feature_dim,
-            hidden=tuple(m.hidden),
-            embed_dim=m.embed_dim,
-            heads=m.heads,
-            layers=m.layers,
-        ),
+        backbone=backbone_spec(scenario),
         epochs=max(1, m.rounds * m.local_epochs),
         batch_size=m.batch_size,
         lr=m.lr,
         rff_dim=scenario.rff.dim,
         rff_bandwidth=None if bandwidth == "median" else float(bandwidth),
-        head=HeadConfig(
-            lam=h.lam,
-            sigma=h.sigma,
-            epsilon=h.epsilon,
-            delta=h.delta,
-            bound=h.bound,
-            tol=h.tol,
-            refresh_every=h.refresh_every,
-        ),
-        decorrelation=DecorrelationConfig(
-            features=dc.features,
-            functions=dc.functions,
-            steps=dc.steps,
-            warm_steps=dc.warm_steps,
-            lr=dc.lr,
-            penalty=dc.penalty,
-        ),
+        head=head_config(scenario),
+        decorrelation=decorrelation_config(scenario),
         device=scenario.device,
     )
 

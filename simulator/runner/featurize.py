@@ -21,7 +21,6 @@ from simulator.data.dataset import Dataset
 from simulator.errors import InputError
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.models import (
-    BackboneSpec,
     ExtractorWithHead,
     LocalUpdate,
     StateArrays,
@@ -33,6 +32,7 @@ from simulator.models import (
     local_train,
     state_to_arrays,
 )
+from simulator.runner.configs import backbone_spec
 from simulator.runner.seeds import stage_rng, stage_seed
 from simulator.scenario import Scenario
 
@@ -56,15 +56,7 @@ class Featurizer:
 
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     """The backbone the scenario names, initialised from the extractor stage's seed."""
-    m = scenario.model
-    spec = BackboneSpec(
-        kind=m.backbone,
-        feature_dim=m.feature_dim,
-        hidden=tuple(m.hidden),
-        embed_dim=m.embed_dim,
-        heads=m.heads,
-        layers=m.layers,
-    )
+    spec = backbone_spec(scenario)
     gen = torch.Generator().manual_seed(stage_seed(scenario.seed, "extractor"))
     tokens = dataset.modality == "tokens"
     backbone = build_backbone(

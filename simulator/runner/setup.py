@@ -13,8 +13,9 @@ from simulator.data.dataset import Dataset
 from simulator.data.synthetic import SyntheticSpec
 from simulator.errors import ConfigError
 from simulator.federation import ClientReport, FederatedHeadData
-from simulator.head import CertifiedHead, HeadConfig
+from simulator.head import CertifiedHead
 from simulator.models import resolve_device
+from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
 from simulator.runner.featurize import Featurizer, LocalRound, in_process_round, train_featurizer
 from simulator.runner.seeds import stage_rng
@@ -164,18 +165,9 @@ def build_federation(
     head_data = FederatedHeadData(
         clients, owner, dim=Z.shape[1], num_classes=ds.num_classes, fanout=transport.fanout
     )
-    h = scenario.head
     head = CertifiedHead(
         head_data,
-        HeadConfig(
-            lam=h.lam,
-            sigma=h.sigma,
-            epsilon=h.epsilon,
-            delta=h.delta,
-            bound=h.bound,
-            tol=h.tol,
-            refresh_every=h.refresh_every,
-        ),
+        head_config(scenario),
         rng=stage_rng(scenario.seed, "head"),
     )
     eval_sets = build_eval_sets(scenario, ds, featurizer, stage_rng(scenario.seed, "ood"))

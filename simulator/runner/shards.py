@@ -14,8 +14,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
-from simulator.features.decorrelation import DecorrelationConfig
 from simulator.federation import FederatedClient, WeightingPlan
+from simulator.runner.configs import decorrelation_config
 from simulator.runner.featurize import Featurizer
 from simulator.runner.seeds import stage_seed
 from simulator.scenario import Scenario
@@ -27,15 +27,7 @@ def weighting_plan(scenario: Scenario, client_id: int) -> WeightingPlan | None:
     """Decorrelation settings and the lift seed of ``client_id``; None without decorrelation."""
     if scenario.method != "decoremoval":
         return None
-    dc = scenario.decorrelation
-    config = DecorrelationConfig(
-        features=dc.features,
-        functions=dc.functions,
-        steps=dc.steps,
-        warm_steps=dc.warm_steps,
-        lr=dc.lr,
-        penalty=dc.penalty,
-    )
+    config = decorrelation_config(scenario)
     root = stage_seed(scenario.seed, "decorrelation")
     seed = int(np.random.SeedSequence([root, client_id]).generate_state(1)[0])
     return WeightingPlan(config, seed)

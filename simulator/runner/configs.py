@@ -1,0 +1,49 @@
+"""A scenario's sections as the core's configuration objects (one mapping, used by the runner,
+the clients and ``unlearnsim compare``)."""
+
+from __future__ import annotations
+
+from simulator.features.decorrelation import DecorrelationConfig
+from simulator.head import HeadConfig
+from simulator.models import BackboneSpec
+from simulator.scenario import Scenario
+
+
+def backbone_spec(scenario: Scenario) -> BackboneSpec:
+    """The extractor the ``model`` section names."""
+    m = scenario.model
+    return BackboneSpec(
+        kind=m.backbone,
+        feature_dim=m.feature_dim,
+        hidden=tuple(m.hidden),
+        embed_dim=m.embed_dim,
+        heads=m.heads,
+        layers=m.layers,
+    )
+
+
+def head_config(scenario: Scenario) -> HeadConfig:
+    """The certified head's settings from the ``head`` section."""
+    h = scenario.head
+    return HeadConfig(
+        lam=h.lam,
+        sigma=h.sigma,
+        epsilon=h.epsilon,
+        delta=h.delta,
+        bound=h.bound,
+        tol=h.tol,
+        refresh_every=h.refresh_every,
+    )
+
+
+def decorrelation_config(scenario: Scenario) -> DecorrelationConfig:
+    """The decorrelation weights' settings from the ``decorrelation`` section."""
+    dc = scenario.decorrelation
+    return DecorrelationConfig(
+        features=dc.features,
+        functions=dc.functions,
+        steps=dc.steps,
+        warm_steps=dc.warm_steps,
+        lr=dc.lr,
+        penalty=dc.penalty,
+    )
