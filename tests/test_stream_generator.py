@@ -21,6 +21,7 @@ from simulator.stream import (
     batches,
     generate_stream,
 )
+from simulator.stream.subjects import subject_registry
 
 
 def spec(phases: list[dict[str, Any]], **extra: Any) -> StreamSpec:
@@ -91,13 +92,39 @@ def test_targets_are_respected() -> None:
 def test_request_fields() -> None:
     requests, _, _ = run(spec(MIXED, tick_seconds=2.5))
     assert [r.request_id for r in requests] == [f"demo-{k:07d}" for k in range(len(requests))]
-    assert [r.subject for r in requests] == [f"subject-{k}" for k in range(len(requests))]
     for r in requests:
         assert r.requested_at == STREAM_EPOCH + timedelta(seconds=2.5 * r.tick)
         assert r.sample_ids == sorted(r.sample_ids or [])
     assert datetime(2026, 1, 1, tzinfo=UTC) == STREAM_EPOCH
     ticks = [r.tick for r in requests]
     assert ticks == sorted(ticks)
+
+
+def test_every_request_comes_from_the_subject_that_owns_its_rows() -> None:
+    requests, client_indices, labels = run(spec(MIXED))
+    registry = subject_registry(client_indices, labels, rows_per_subject=8)
+    assert requests and all(registry.check(r) is None for r in requests)
+    assert len({r.subject for r in requests}) > len(requests) // 2  # many subjects ask
+    # a subject's rows: one client's, 8 of them (a client's last group may hold fewer)
+    owner = owner_of(client_indices)
+    for r in requests[:10]:
+        rows = registry.rows(r.subject)
+        assert 1 <= rows.size <= 8 and len({owner[int(i)] for i in rows}) == 1
+    other = next(s for s in registry.names if s != requests[0].subject)
+    forged = requests[0].model_copy(update={"subject": other})
+    assert (registry.check(forged) or "").startswith("not_owner")
+    withdrawal = DeletionRequest(
+        request_id="w", subject="client-1", client_id=2, requested_at=STREAM_EPOCH
+    )
+    assert (registry.check(withdrawal) or "").startswith("not_owner")
+    assert registry.check(withdrawal.model_copy(update={"subject": "client-2"})) is None
+
+
+def test_a_request_is_never_larger_than_a_subject() -> None:
+    with pytest.raises(ValueError, match="rows_per_subject"):
+        spec([{"name": "p", "ticks": 1, "rate": 1, "samples_per_request": 9}])
+    phases = [{"name": "p", "ticks": 1, "rate": 1, "samples_per_request": 9}]
+    assert spec(phases, rows_per_subject=9).rows_per_subject == 9
 
 
 def test_withdrawal_removes_the_client_from_then_on() -> None:
@@ -305,7 +332,7 @@ def test_events_round_trip_through_json() -> None:
         ({"sample_ids": None}, "exactly one"),
         ({"sample_ids": []}, "should not be empty"),
         ({"sample_ids": [1, 1]}, "repeat"),
-        ({"sample_ids": [-1]}, ">= 0"),
+        ({"sample_ids": [-1]}, "greater than or equal to 0"),
         ({"sample_ids": ["1"]}, "sample_ids.0"),
         ({"schema_version": 2}, "schema_version"),
         ({"priority": "high"}, "priority"),

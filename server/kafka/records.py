@@ -2,17 +2,19 @@
 
 A request record's value is one :class:`~simulator.stream.DeletionRequest` as JSON (the key, the
 request id, only spreads requests over partitions). Anything else (no value, more than
-``max_bytes``, not JSON, the wrong schema or schema version) becomes a dead letter: the original
-key and bytes with the reason and the source position in headers. Receipts and dead letters are
+``max_bytes``, not strict bounded JSON, the wrong schema or schema version) becomes a dead
+letter: the original key and bytes with the reason and the source position in headers. Whatever
+the bytes, :func:`decode_request` returns: a request or the reason it is not one (an exception
+raised while classifying is itself a reason, kind ``other``). Receipts and dead letters are
 built as :class:`OutRecord` values, plain data that a checkpoint can hold until they are
 published.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from server.kafka.safejson import UnsafeJSONError, parse_bounded
 from simulator.errors import InputError
 from simulator.stream import DeletionReceipt, DeletionRequest
 
@@ -52,31 +54,44 @@ class OutRecord:
 
 @dataclass(frozen=True)
 class Malformed:
-    """Why a record is not a request: ``kind`` is malformed, schema or oversized."""
+    """Why a record is not a request: ``kind`` is malformed, schema, oversized or other.
+
+    ``exception``: the class name of the exception raised while classifying (kind ``other``).
+    """
 
     kind: str
     reason: str
+    exception: str | None = None
 
 
 def decode_request(
     value: bytes | None, *, max_bytes: int = MAX_REQUEST_BYTES
 ) -> DeletionRequest | Malformed:
-    """The request in ``value``, or why it is not one (a dead letter).
+    """The request in ``value``, or why it is not one (a dead letter); never raises.
 
-    Kinds: ``malformed`` (empty, not UTF-8 JSON), ``schema`` (JSON, but not a valid request of
-    a known schema version), ``oversized`` (more than ``max_bytes``; not parsed).
+    Kinds: ``malformed`` (empty; not UTF-8; not JSON; nested too deep; ``NaN``, ``Infinity`` or
+    an over-long number; a repeated key: see :mod:`server.kafka.safejson`), ``schema`` (JSON,
+    but not a valid request of a known schema version), ``oversized`` (more than ``max_bytes``;
+    not parsed), ``other`` (an exception while classifying; its class is kept).
     """
+    try:
+        return _decode(value, max_bytes)
+    except Exception as exc:  # a record must never stop the consumer
+        return Malformed("other", f"{type(exc).__name__} while decoding: {exc}", type(exc).__name__)
+
+
+def _decode(value: bytes | None, max_bytes: int) -> DeletionRequest | Malformed:
     if value is None or not value:
         return Malformed("malformed", "empty record: no value")
     if len(value) > max_bytes:
         return Malformed("oversized", f"oversized record: {len(value)} bytes > {max_bytes}")
     try:
+        parse_bounded(value)  # bounded: what passes here cannot trip the validator's parser
+    except UnsafeJSONError as exc:
+        return Malformed("malformed", f"malformed JSON: {exc}")
+    try:
         return DeletionRequest.from_json(value)
     except InputError as exc:
-        try:
-            json.loads(value)
-        except ValueError:
-            return Malformed("malformed", f"not UTF-8 JSON: {exc}")
         return Malformed("schema", str(exc))
 
 
@@ -106,6 +121,8 @@ def dead_letter(
         ("source-topic", source_topic.encode()),
         *source_headers(record),
     )
+    if why.exception is not None:
+        headers += (("exception", why.exception.encode("utf-8", errors="replace")),)
     if len(original) > max_bytes:
         headers += (("truncated", b"true"),)
     return OutRecord(topic, record.key, original[:max_bytes], headers)

@@ -83,6 +83,12 @@ class StreamSpec(Section):
     max_batch_requests: int = Field(
         default=100, ge=1, description="Most requests applied as one deletion batch."
     )
+    rows_per_subject: int = Field(
+        default=8,
+        ge=1,
+        description="Rows of one data subject (a client's rows sorted by label, then id, cut "
+        "into groups); a request deletes rows of one subject.",
+    )
     phases: list[Phase] = Field(min_length=1, description="Phases, in order.")
     withdrawals: list[Withdrawal] = Field(default=[], description="Client withdrawals.")
 
@@ -94,6 +100,13 @@ class StreamSpec(Section):
             if phase.name in seen_names:
                 checks.add(("phases", i, "name"), "should be unique", got=phase.name)
             seen_names.add(phase.name)
+            if phase.samples_per_request > self.rows_per_subject:
+                checks.add(
+                    ("phases", i, "samples_per_request"),
+                    f"a request deletes rows of one subject: at most rows_per_subject "
+                    f"({self.rows_per_subject})",
+                    got=phase.samples_per_request,
+                )
         total = self.total_ticks
         seen_clients: set[int] = set()
         for i, withdrawal in enumerate(self.withdrawals):

@@ -9,7 +9,7 @@ messages of a version they do not understand.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -17,6 +17,14 @@ from simulator.errors import InputError
 
 #: Time of tick 0 of every generated stream.
 STREAM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+#: Longest request id and subject accepted (characters): ids are kept in the ledger.
+MAX_ID_CHARS = 256
+#: Most sample ids one request may name.
+MAX_SAMPLE_IDS = 100_000
+#: Largest sample id, client id or tick accepted (ids are 64-bit integers downstream).
+MAX_INDEX = 2**62
+
+SampleId = Annotated[int, Field(ge=0, le=MAX_INDEX)]
 
 
 class _Event(BaseModel):
@@ -57,12 +65,22 @@ class DeletionRequest(_Event):
     is given.
     """
 
-    request_id: str = Field(min_length=1, description="Unique id; the ledger key.")
-    subject: str = Field(min_length=1, description="Who asked (data subject or client).")
-    sample_ids: list[int] | None = Field(default=None, description="Global sample ids to delete.")
-    client_id: int | None = Field(default=None, ge=0, description="Client whose whole shard goes.")
+    request_id: str = Field(
+        min_length=1, max_length=MAX_ID_CHARS, description="Unique id; the ledger key."
+    )
+    subject: str = Field(
+        min_length=1, max_length=MAX_ID_CHARS, description="Who asked (data subject or client)."
+    )
+    sample_ids: list[SampleId] | None = Field(
+        default=None, max_length=MAX_SAMPLE_IDS, description="Global sample ids to delete."
+    )
+    client_id: int | None = Field(
+        default=None, ge=0, le=MAX_INDEX, description="Client whose whole shard goes."
+    )
     requested_at: AwareDatetime = Field(description="When the request was made.")
-    tick: int = Field(default=0, ge=0, description="Scenario tick (0 for outside requests).")
+    tick: int = Field(
+        default=0, ge=0, le=MAX_INDEX, description="Scenario tick (0 for outside requests)."
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> DeletionRequest:
@@ -72,8 +90,6 @@ class DeletionRequest(_Event):
         if ids is not None:
             if not ids:
                 raise ValueError("sample_ids should not be empty")
-            if min(ids) < 0:
-                raise ValueError("sample_ids should be >= 0")
             if len(set(ids)) != len(ids):
                 raise ValueError("sample_ids should not repeat an id")
         return self

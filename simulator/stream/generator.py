@@ -6,15 +6,17 @@ Ticks run phase after phase. In every tick of a phase:
    from then on that client's samples count as gone;
 2. ``Poisson(rate)`` requests arrive, plus ``burst.size`` more when
    ``tick_in_phase % burst.every == 0``;
-3. each request names ``samples_per_request`` sample ids drawn without
-   replacement from the still-retained samples that match the phase target
-   (random: every remaining client; class: ``labels == class_id``; client: that
-   client's shard).
+3. each request comes from one data subject (:mod:`simulator.stream.subjects`):
+   the tick's subjects are drawn uniformly without replacement among those that
+   still hold at least ``samples_per_request`` retained samples matching the
+   phase target (random: every remaining client; class: ``labels == class_id``;
+   client: that client's shard), and each names ``samples_per_request`` of them,
+   drawn without replacement. The request's ``subject`` owns every id it names.
 
 A sample id is named at most once across the stream, and never after its
-client withdrew. When the target pool holds fewer samples than the tick asks
-for, the tick emits only as many *full* requests as the pool allows (a request
-never names fewer than ``samples_per_request`` ids); the rest of the pool stays.
+client withdrew. When fewer subjects qualify than the tick asks for, the tick
+emits one request per qualifying subject (a request never names fewer than
+``samples_per_request`` ids); the rest of the pool stays.
 Everything is drawn from ``rng``: the same seed gives the same stream.
 """
 
@@ -29,6 +31,7 @@ from numpy.typing import NDArray
 from simulator.errors import InputError
 from simulator.scenario.stream_spec import StreamSpec, Target
 from simulator.stream.events import STREAM_EPOCH, DeletionRequest
+from simulator.stream.subjects import SubjectRegistry, client_subject, subject_registry
 
 
 class _RetainedPool:
@@ -86,6 +89,7 @@ def generate_stream(
     labels: NDArray[np.int64],
     scenario_name: str,
     rng: np.random.Generator,
+    subjects: SubjectRegistry | None = None,
 ) -> list[DeletionRequest]:
     """Generate the deletion requests of a scenario stream (see the module docstring).
 
@@ -101,6 +105,9 @@ def generate_stream(
         Prefix of the request ids ``f"{scenario_name}-{seq:07d}"``.
     rng
         Source of all randomness.
+    subjects
+        Who owns which row (default: :func:`~simulator.stream.subjects.subject_registry`
+        of the shards with ``stream.rows_per_subject``).
 
     Returns
     -------
@@ -115,6 +122,10 @@ def generate_stream(
     """
     pool = _RetainedPool(client_indices, labels)
     _check_clients(stream, pool.num_clients)
+    if subjects is None:
+        subjects = subject_registry(
+            client_indices, pool.labels, rows_per_subject=stream.rows_per_subject
+        )
     withdrawals: dict[int, list[int]] = {}
     for withdrawal in stream.withdrawals:
         withdrawals.setdefault(withdrawal.at, []).append(withdrawal.client)
@@ -122,10 +133,14 @@ def generate_stream(
 
     def emit(tick: int, sample_ids: list[int] | None, client: int | None) -> None:
         seq = len(requests)
+        if client is not None:
+            subject = client_subject(client)
+        else:
+            subject = subjects.owner((sample_ids or [-1])[0]) or "nobody"
         requests.append(
             DeletionRequest(
                 request_id=f"{scenario_name}-{seq:07d}",
-                subject=f"subject-{seq}" if client is None else f"client-{client}",
+                subject=subject,
                 sample_ids=sample_ids,
                 client_id=client,
                 requested_at=STREAM_EPOCH + timedelta(seconds=tick * stream.tick_seconds),
@@ -144,14 +159,35 @@ def generate_stream(
             if phase.burst is not None and tick_in_phase % phase.burst.every == 0:
                 count += phase.burst.size
             candidates = pool.candidates(phase.target) if count else np.empty(0, np.int64)
-            count = min(count, candidates.size // size)
-            if count:
-                chosen = rng.choice(candidates, size=count * size, replace=False)
-                pool.remove(chosen)
-                for ids in chosen.reshape(count, size):
-                    emit(tick, sorted(ids.tolist()), None)
+            for ids in _draw(candidates, subjects.subject_of, count, size, rng):
+                pool.remove(ids)
+                emit(tick, sorted(ids.tolist()), None)
             tick += 1
     return requests
+
+
+def _draw(
+    candidates: NDArray[np.int64],
+    subject_of: NDArray[np.int64],
+    count: int,
+    size: int,
+    rng: np.random.Generator,
+) -> list[NDArray[np.int64]]:
+    """Up to ``count`` requests of ``size`` ids each, one subject per request (step 3)."""
+    if not count or not candidates.size:
+        return []
+    owners = subject_of[candidates]
+    order = np.argsort(owners, kind="stable")
+    subjects, starts, counts = np.unique(owners[order], return_index=True, return_counts=True)
+    eligible = np.flatnonzero((counts >= size) & (subjects >= 0))
+    if not eligible.size:
+        return []
+    picked = rng.choice(eligible, size=min(count, eligible.size), replace=False)
+    out = []
+    for s in picked:
+        rows = candidates[order[starts[s] : starts[s] + counts[s]]]
+        out.append(rng.choice(rows, size=size, replace=False).astype(np.int64))
+    return out
 
 
 def batches(
