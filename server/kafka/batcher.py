@@ -46,7 +46,8 @@ def next_batch(
         polled = consumer.poll(timeout_ms=int(policy.poll_timeout * 1000), max_records=room)
         for tp in sorted(polled, key=lambda t: (t.topic, t.partition)):
             for m in polled[tp]:
-                batch.append(Incoming(m.partition, m.offset, m.key, m.value, m.timestamp))
+                headers = tuple((str(k), bytes(v or b"")) for k, v in m.headers or ())
+                batch.append(Incoming(m.partition, m.offset, m.key, m.value, m.timestamp, headers))
         if not batch:
             return batch
         now = time.monotonic()

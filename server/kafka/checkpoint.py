@@ -11,8 +11,13 @@ checkpoint or the new one, never a mix. It holds
   written: they are pickled as references and taken from the freshly built federation on
   restore, after checking a digest of their bytes, so the restored head is the saved one
   bit for bit;
-* the ledger, the next offset of every requests partition, the outbox (receipts and dead
-  letters of the last batch, which may not have reached the broker yet) and counters.
+* the ledger, the next offset of every requests partition and a fingerprint of the last record
+  consumed there (:mod:`server.kafka.offsets`), the outbox (receipts and dead letters of the
+  last batch, which may not have reached the broker yet), requests held for a larger removal,
+  the rate limiter's windows, offset gaps handled, and counters.
+
+With the federation saved once per state folder (:mod:`server.kafka.restart`), a restart
+reloads instead of rebuilding, then restores this checkpoint on top.
 
 The file is a pickle: read checkpoints only from folders you trust (your own state folder).
 A lock file (``flock``) keeps a second consumer off the same folder.
@@ -34,10 +39,12 @@ import numpy as np
 
 from server.kafka.errors import CheckpointError
 from server.kafka.ledger import Entry
-from server.kafka.records import OutRecord
+from server.kafka.offsets import Fingerprint
+from server.kafka.records import Incoming, OutRecord
 from simulator.federation import FederatedHeadData
 from simulator.head import CertifiedHead
 from simulator.runner.setup import Federation
+from simulator.stream import DeletionRequest
 
 FORMAT = 1
 NAME = "checkpoint.pkl"
@@ -58,6 +65,21 @@ class StreamState:
     counters: dict[str, int] = field(default_factory=dict)
     forgotten: list[int] = field(default_factory=list)
     last_tick: int = 0
+    #: requests partition -> the last record consumed there (detects a re-written log)
+    last_records: dict[int, Fingerprint] = field(default_factory=dict)
+    #: accepted requests held until their client's removal is large enough, with their records
+    pending: list[tuple[Incoming, DeletionRequest]] = field(default_factory=list)
+    #: subject -> timestamps (ms) of its recent accepted requests (rate limit)
+    rate: dict[str, list[int]] = field(default_factory=dict)
+    #: offset gaps found and how they were handled
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    #: consuming sessions (process starts) on this state so far
+    sessions: int = 0
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        """Checkpoints written before a field existed load with its default."""
+        self.__dict__.update(StreamState().__dict__)
+        self.__dict__.update(saved)
 
 
 TRANSPORT = "transport"

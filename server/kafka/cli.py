@@ -1,7 +1,8 @@
-"""``unlearnsim run SCENARIO --stream kafka``: build the federation, consume, summarise.
+"""``unlearnsim run SCENARIO --stream kafka``: build (or reload) the federation, consume, summarise.
 
 ``server/commands/run.py`` calls :func:`run_kafka` when ``--stream kafka`` is given (or the
-scenario says ``stream.source: kafka``); its options are in :mod:`server.kafka.options`.
+scenario says ``stream.source: kafka``); its options are in :mod:`server.kafka.options`. The
+federation is built once per state folder and reloaded on restart (:mod:`server.kafka.restart`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from rich.console import Console
 
 from server.kafka.batcher import BatchPolicy
 from server.kafka.consumer import ConsumerConfig, EventHook
+from server.kafka.gate import GatePolicy
 from server.kafka.session import EVENTS_FILE, consume
 from server.kafka.settings import StreamSettings
+from server.kafka.signing import load_key
 from server.kafka.topics import Topics
 from simulator.errors import ConfigError
 from simulator.scenario import Scenario
@@ -37,6 +40,14 @@ def stream_from_args(args: argparse.Namespace) -> StreamSettings:
         max_wait=args.max_wait,
         idle_timeout=args.idle_timeout or 0.0,
         state_dir=str(Path(args.state_dir).resolve()) if args.state_dir else "",
+        ownership=args.ownership == "enforce",
+        signing_key_env=args.signing_key_env or "",
+        signing_key_file=args.signing_key_file or "",
+        subject_rate_limit=args.subject_rate_limit,
+        subject_rate_window=args.subject_rate_window,
+        on_offset_gap=args.on_offset_gap,
+        min_removal_batch=args.min_removal_batch,
+        ready_file=str(Path(args.ready_file).resolve()) if args.ready_file else "",
     )
 
 
@@ -44,8 +55,19 @@ def consumer_config(
     stream: StreamSettings, out: Path, *, default_state: Path | None = None, fsync: bool = True
 ) -> ConsumerConfig:
     """The consumer's configuration: state in ``stream.state_dir``, else ``default_state``
-    (else ``out/kafka-state``), events in ``out/kafka_events.jsonl``."""
-    state = Path(stream.state_dir) if stream.state_dir else default_state or out / "kafka-state"
+    (else ``out/kafka-state``), events in ``out/kafka_events.jsonl``; the signing key is read
+    here (:func:`server.kafka.signing.load_key`)."""
+    state = state_dir(stream, out, default_state)
+    key = load_key(
+        env_var=stream.signing_key_env or None,
+        path=Path(stream.signing_key_file) if stream.signing_key_file else None,
+    )
+    gate = GatePolicy(
+        ownership=stream.ownership,
+        signing_key=key,
+        rate_limit=stream.subject_rate_limit,
+        rate_window=stream.subject_rate_window,
+    )
     return ConsumerConfig(
         bootstrap=stream.bootstrap,
         state_dir=state,
@@ -55,7 +77,22 @@ def consumer_config(
         idle_timeout=stream.idle_timeout or None,
         fsync=fsync,
         events_path=out / EVENTS_FILE,
+        gate=gate,
+        on_offset_gap=stream.on_offset_gap,
+        min_removal_batch=stream.min_removal_batch,
     )
+
+
+def state_dir(stream: StreamSettings, out: Path, default: Path | None = None) -> Path:
+    """The checkpoint folder: ``stream.state_dir``, else ``default``, else ``out/kafka-state``."""
+    return Path(stream.state_dir) if stream.state_dir else default or out / "kafka-state"
+
+
+def ready_file(stream: StreamSettings, out: Path, default_state: Path | None = None) -> Path:
+    """The ready file: ``stream.ready_file``, else ``ready`` in the state folder."""
+    if stream.ready_file:
+        return Path(stream.ready_file)
+    return state_dir(stream, out, default_state) / "ready"
 
 
 def as_kafka_source(scenario: Scenario) -> Scenario:
@@ -72,16 +109,20 @@ def run_kafka(
     console: Console,
     on_event: Sequence[EventHook] = (),
 ) -> int:
-    """Build the in-process federation, consume the requests topic, summarise; exit code 0."""
-    from simulator.runner.setup import build_federation
+    """Build (first start) or reload (restart) the in-process federation, consume the requests
+    topic, summarise; exit code 0."""
+    from server.kafka.restart import federation_for
 
     out = Path(args.output or scenario.output_dir)
-    config = consumer_config(stream_from_args(args), out, fsync=not args.no_fsync)
+    stream = stream_from_args(args)
+    config = consumer_config(stream, out, fsync=not args.no_fsync)
     scenario = as_kafka_source(scenario)
     with _blas_limit(args.blas_threads):
-        with console.status(f"[bold]{scenario.name}[/]: loading data and training"):
-            fed = build_federation(scenario)
-        consume(fed, config, out, console, on_event)
+        with console.status(f"[bold]{scenario.name}[/]: loading the federation"):
+            fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
+        if reloaded:
+            console.print(f"federation reloaded from {config.state_dir} (no retraining)")
+        consume(fed, config, out, console, on_event, ready=ready_file(stream, out))
     return 0
 
 

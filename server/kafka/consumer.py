@@ -2,17 +2,21 @@
 
 For every micro-batch (``batcher``):
 
-1. decode each record; malformed ones become dead letters (``records``);
-2. answer the requests: duplicates from the ledger, the rest validated and removed by one
-   certified update (``apply``);
-3. persist the head, the ledger, the next offsets and the outbox (the batch's receipts and
+1. decode each record, whatever its bytes: malformed ones become dead letters (``records``);
+2. refuse what the gate refuses (bad signature, not the owner, over the rate limit: ``gate``);
+3. answer the requests: duplicates from the ledger, the rest validated and removed by one
+   certified update (``apply``), or held for a larger removal (``--min-removal-batch``);
+4. persist the head, the ledger, the next offsets and the outbox (the batch's receipts and
    dead letters) atomically (``checkpoint``);
-4. commit the offsets to the consumer group (for lag monitoring; the checkpoint is the source
+5. commit the offsets to the consumer group (for lag monitoring; the checkpoint is the source
    of truth on restart);
-5. publish the outbox (``publisher``), retrying with back-off while the broker is away.
+6. publish the outbox (``publisher``), retrying with back-off while the broker is away.
 
 A restart loads the checkpoint, finishes publishing its outbox (sending only what did not
-arrive) and seeks to the checkpointed offsets, so no request is lost and none is applied twice.
+arrive), checks that the log still holds what the checkpoint expects (``offsets``: stop, or
+replay or skip as told, never silently) and seeks to the checkpointed offsets, so no request is
+lost and none is applied twice. The same check runs when a fetch finds the log shorter than
+the position and after the broker was away.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
+from server.health import process_age
 from server.kafka.apply import BatchResult, apply_requests
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchPolicy, lag, next_batch
 from server.kafka.checkpoint import CheckpointStore, StreamState
-from server.kafka.errors import BrokerUnavailableError, CheckpointError
+from server.kafka.errors import BrokerUnavailableError
 from server.kafka.events import COUNTERS, batch_event, count_batch, totals
+from server.kafka.gate import Gate, GatePolicy, registry_of
 from server.kafka.ledger import Ledger
+from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
 from server.kafka.records import (
     MAX_REQUEST_BYTES,
@@ -46,6 +53,7 @@ from server.kafka.records import (
     decode_request,
     receipt_record,
 )
+from server.kafka.security import client_options
 from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
@@ -53,15 +61,20 @@ from simulator.stream import DeletionRequest
 log = logging.getLogger(__name__)
 
 EventHook = Callable[[dict[str, Any], Federation], None]
+#: Seconds between heartbeats of the consume loop (to the event hooks, not the events file).
+HEARTBEAT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class ConsumerConfig:
-    """Where to read and write, and how to batch.
+    """Where to read and write, how to batch, whom to trust.
 
     ``idle_timeout``: stop after this many seconds without a record (None: run until
     :meth:`DeletionConsumer.stop`). ``flush_timeout``: seconds a publish may take before it is
     retried (after checking what arrived). ``events_path``: append one JSON line per batch.
+    ``gate``: signature, ownership and rate-limit checks. ``on_offset_gap``: what to do when
+    the log no longer holds what the checkpoint expects (``fail``, ``replay``, ``skip``).
+    ``min_removal_batch``: fewest rows one client's removal may cover (1: no holding).
     """
 
     bootstrap: str
@@ -76,6 +89,9 @@ class ConsumerConfig:
     connect_timeout: float = 60.0
     flush_timeout: float = 10.0
     events_path: Path | None = None
+    gate: GatePolicy = field(default_factory=GatePolicy)
+    on_offset_gap: Policy = "fail"
+    min_removal_batch: int = 1
 
 
 class DeletionConsumer:
@@ -90,13 +106,18 @@ class DeletionConsumer:
         self.backoff = Backoff()
         self._stop = False
         self.state = StreamState()
+        self.session: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self._beat = 0.0
+        self._recheck = False
+        self._options = client_options()
 
     def stop(self) -> None:
         """Finish the current batch, then return from :meth:`run` (safe from a signal handler)."""
         self._stop = True
 
     def run(self) -> dict[str, Any]:
-        """Consume until stopped or idle; returns a summary (counters, model version, ...)."""
+        """Consume until stopped or idle; returns a summary (totals over every session so far,
+        and this session's own counts and times under ``session``)."""
         cfg = self.config
         wall = time.perf_counter()
         with CheckpointStore(cfg.state_dir, self.fed, fsync=cfg.fsync) as store:
@@ -105,7 +126,10 @@ class DeletionConsumer:
             self.state = state = state or StreamState()
             for name in COUNTERS:
                 state.counters.setdefault(name, 0)
+            state.sessions += 1
             ledger = Ledger(state.ledger)
+            registry = registry_of(self.fed) if cfg.gate.ownership else None
+            self.gate = Gate(cfg.gate, registry, state.rate)
             ensure_topics(
                 cfg.bootstrap,
                 cfg.topics,
@@ -115,26 +139,41 @@ class DeletionConsumer:
             publisher = Publisher(
                 cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff
             )
-            consumer = self._open(state)
+            consumer = self._open()
             try:
                 if state.outbox:  # the last batch's outbox may not have reached the broker
                     state.published_until = publisher.publish(
                         state.outbox, state.batch, start=state.published_until, verify=True
                     )
-                self._emit({"event": "consumer_start", "resumed": resumed, **self._totals()})
                 parts = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+                self._resume(consumer, parts, store)
+                self._emit(
+                    {
+                        "event": "consumer_start",
+                        "resumed": resumed,
+                        "startup_seconds": time.perf_counter() - wall,
+                        "process_seconds": process_age(),
+                        **self._totals(),
+                    }
+                )
                 self._loop(consumer, parts, store, ledger, publisher)
             finally:
                 consumer.close(autocommit=False)
                 publisher.close()
         summary = {"event": "consumer_end", **self._totals()}
+        summary["session"] = {
+            **self.session,
+            "resumed": resumed,
+            "publish_retries": publisher.retries,
+            "wall_seconds": time.perf_counter() - wall,
+        }
         summary["publish_retries"] = publisher.retries
-        summary["wall_seconds"] = time.perf_counter() - wall
+        summary["gaps"] = list(state.gaps)
         self._emit(summary)
         return summary
 
-    # ------------------------------------------------------------------ loop
-    def _open(self, state: StreamState) -> KafkaConsumer:
+    # ------------------------------------------------------------------ start
+    def _open(self) -> KafkaConsumer:
         cfg = self.config
         consumer = KafkaConsumer(
             bootstrap_servers=cfg.bootstrap,
@@ -145,20 +184,88 @@ class DeletionConsumer:
             fetch_max_bytes=16 * cfg.max_request_bytes,
             request_timeout_ms=10000,
             bootstrap_timeout_ms=int(cfg.connect_timeout * 1000),
+            **self._options,
         )
         ids = consumer.partitions_for_topic(cfg.topics.requests)
         if not ids:
             consumer.close()
             raise BrokerUnavailableError(f"no partitions for topic {cfg.topics.requests}")
-        parts = [TopicPartition(cfg.topics.requests, p) for p in sorted(ids)]
-        consumer.assign(parts)
+        consumer.assign([TopicPartition(cfg.topics.requests, p) for p in sorted(ids)])
+        return consumer
+
+    def _resume(
+        self, consumer: KafkaConsumer, parts: list[TopicPartition], store: CheckpointStore
+    ) -> None:
+        """Check the log against the checkpoint (handling any gap), then seek to it."""
+        state = self.state
+        self._verify(store)
         for tp in parts:
             if tp.partition in state.offsets:
                 consumer.seek(tp, state.offsets[tp.partition])
             else:
                 consumer.seek_to_beginning(tp)
-        return consumer
 
+    def _verify(self, store: CheckpointStore) -> bool:
+        """Probe every checkpointed partition; handle gaps (may raise); whether any was found."""
+        cfg, state = self.config, self.state
+        probes = probe(
+            cfg.bootstrap,
+            cfg.topics.requests,
+            state.offsets,
+            options=self._options,
+            timeout=cfg.connect_timeout,
+        )
+        gaps = [
+            gap
+            for p, pr in probes.items()
+            if (gap := find_gap(pr, state.offsets[p], state.last_records.get(p))) is not None
+        ]
+        for gap in gaps:
+            self._on_gap(gap)
+        if gaps:
+            store.save(state)
+        return bool(gaps)
+
+    def _on_gap(self, gap: Gap) -> None:
+        cfg, state = self.config, self.state
+        topic = cfg.topics.requests
+        policy = cfg.on_offset_gap
+        if policy == "fail":
+            raise OffsetGapError(
+                f"{gap.describe(topic)}. Requests there may never have been answered. Stopping "
+                "instead of skipping them silently: restart with --on-offset-gap replay to "
+                f"re-read the log from offset {gap.earliest} (ids answered before get duplicate "
+                f"receipts), or --on-offset-gap skip to go on from offset {gap.resume_at('skip')} "
+                f"({gap.skipped('skip')} records never read)."
+            )
+        resume = gap.resume_at(policy)
+        skipped = gap.skipped(policy)
+        replayed = gap.latest - resume if policy == "replay" else 0
+        record = {
+            "event": "offset_gap",
+            "topic": topic,
+            "partition": gap.partition,
+            "kind": gap.kind,
+            "action": policy,
+            "expected": gap.expected,
+            "earliest": gap.earliest,
+            "latest": gap.latest,
+            "resume_at": resume,
+            "skipped": skipped,
+            "replayed": replayed,
+            "at": time.time(),
+        }
+        log.warning("%s; %s from offset %d", gap.describe(topic), policy, resume)
+        state.offsets[gap.partition] = resume
+        state.last_records.pop(gap.partition, None)
+        state.gaps.append(record)
+        for counters in (state.counters, self.session):
+            counters["offset_gaps"] += 1
+            counters["skipped_records"] += skipped
+            counters["replayed_records"] += replayed
+        self._emit(record)
+
+    # ------------------------------------------------------------------- loop
     def _loop(
         self,
         consumer: KafkaConsumer,
@@ -171,20 +278,35 @@ class DeletionConsumer:
         while not self._stop:
             try:
                 records = next_batch(consumer, parts, self.config.batch)
-            except OffsetOutOfRangeError as exc:  # records this consumer never applied are gone
-                raise CheckpointError(
-                    f"{self.config.topics.requests} no longer holds the checkpointed offsets "
-                    f"{self.state.offsets} (topic recreated or records expired): {exc}"
-                ) from exc
+                if self._recheck or self._out_of_range(consumer, parts):
+                    self._recheck = False
+                    if self._verify(store):  # what was just read may be off the new log
+                        self._resume(consumer, parts, store)
+                        continue
+            except OffsetOutOfRangeError:
+                self._verify(store)
+                self._resume(consumer, parts, store)
+                continue
             except KafkaError as exc:
                 log.warning("polling failed (%s); backing off", exc)
+                self._emit({"event": "consumer_waiting", "reason": f"broker: {exc}"}, False)
+                self._recheck = True  # the broker may have come back with another log
                 self.backoff.sleep()
                 continue
+            self._heartbeat()
             if records:
                 self._handle(records, consumer, parts, store, ledger, publisher)
                 idle_since = time.monotonic()
             elif idle is not None and time.monotonic() - idle_since >= idle:
                 return
+
+    def _out_of_range(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> bool:
+        """Whether a fetch found a log that ends before where this consumer reads."""
+        for tp in parts:
+            high = consumer.highwater(tp)
+            if high is not None and high < self.state.offsets.get(tp.partition, 0):
+                return True
+        return False
 
     def _handle(
         self,
@@ -197,10 +319,11 @@ class DeletionConsumer:
     ) -> None:
         cfg, state = self.config, self.state
         t0 = time.perf_counter()
-        requests: list[DeletionRequest] = []
-        sources: list[Incoming] = []
+        sources = [src for src, _ in state.pending]  # held requests go first
+        requests = [req for _, req in state.pending]
         dead: list[OutRecord] = []
         kinds: dict[str, int] = {}
+        denied: dict[int, str] = {}
         for rec in records:
             decoded = decode_request(rec.value, max_bytes=cfg.max_request_bytes)
             if isinstance(decoded, Malformed):
@@ -213,19 +336,32 @@ class DeletionConsumer:
                         topic=cfg.topics.dead_letters,
                     )
                 )
-            else:
-                requests.append(decoded)
-                sources.append(rec)
-        result = apply_requests(self.fed, ledger, requests)
+                continue
+            why = self._refuse(decoded, rec)
+            if why is not None:
+                denied[len(requests)] = why
+            requests.append(decoded)
+            sources.append(rec)
+        result = apply_requests(
+            self.fed, ledger, requests, denied=denied, min_rows=cfg.min_removal_batch
+        )
         t_apply = time.perf_counter()
+        state.pending = [(sources[i], requests[i]) for i in result.held]
         state.outbox = [
             receipt_record(r, src, topic=cfg.topics.receipts)
             for r, src in zip(result.receipts, sources, strict=True)
+            if r is not None
         ] + dead
         state.batch += 1
         for rec in records:
-            state.offsets[rec.partition] = max(state.offsets.get(rec.partition, 0), rec.offset + 1)
-        self._count(records, result, len(dead))
+            if rec.offset + 1 > state.offsets.get(rec.partition, 0):
+                state.offsets[rec.partition] = rec.offset + 1
+                state.last_records[rec.partition] = fingerprint(
+                    rec.offset, rec.timestamp_ms, rec.key, rec.value
+                )
+        self.gate.prune()
+        for counters in (state.counters, self.session):
+            count_batch(counters, len(records), result, len(dead))
         state.forgotten.extend(result.removed)
         state.last_tick = max([state.last_tick, *(r.tick for r in requests)])
         checkpoint = store.save(state)
@@ -237,8 +373,19 @@ class DeletionConsumer:
         )
         t_end = time.perf_counter()
         done_ms = time.time() * 1000.0
-        event = self._event(result, len(records), kinds, committed, lag(consumer, parts))
-        event["latency_seconds"] = [max(0.0, (done_ms - s.timestamp_ms) / 1000.0) for s in sources]
+        reasons: dict[str, int] = {}
+        for i in result.unauthorised:
+            reason = denied[i].split(":", 1)[0]
+            reasons[reason] = reasons.get(reason, 0) + 1
+        event = batch_event(
+            self.fed, state, result, records=len(records), dead=kinds, unauthorised=reasons
+        )
+        event.update(committed=committed, lag_requests=lag(consumer, parts))
+        event["latency_seconds"] = [
+            max(0.0, (done_ms - src.timestamp_ms) / 1000.0)
+            for r, src in zip(result.receipts, sources, strict=True)
+            if r is not None
+        ]
         event["timings"] = {
             **({"removal": result.report.timings.get("total", 0.0)} if result.report else {}),
             "apply": t_apply - t0,
@@ -248,6 +395,14 @@ class DeletionConsumer:
             "total": t_end - t0,
         }
         self._emit(event)
+
+    def _refuse(self, request: DeletionRequest, record: Incoming) -> str | None:
+        """The gate's verdict; an exception while deciding refuses the request (``other``)."""
+        try:
+            return self.gate.refuse(request, record)
+        except Exception as exc:  # a record must never stop the consumer
+            log.exception("authorising request %r failed", request.request_id)
+            return f"other: {type(exc).__name__} while authorising"
 
     def _commit(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> bool:
         offsets = {
@@ -263,21 +418,18 @@ class DeletionConsumer:
             return False
 
     # ------------------------------------------------------------- reporting
-    def _count(self, records: list[Incoming], result: BatchResult, dead: int) -> None:
-        count_batch(self.state.counters, len(records), result, dead)
-
     def _totals(self) -> dict[str, Any]:
         return totals(self.fed, self.state)
 
-    def _event(
-        self, result: BatchResult, records: int, dead: dict[str, int], committed: bool, lagging: int
-    ) -> dict[str, Any]:
-        event = batch_event(self.fed, self.state, result, records=records, dead=dead)
-        event.update(committed=committed, lag_requests=lagging)
-        return event
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._beat >= HEARTBEAT_SECONDS:
+            self._beat = now
+            self._emit({"event": "heartbeat"}, False)
 
-    def _emit(self, event: dict[str, Any]) -> None:
-        if self.config.events_path is not None:
+    def _emit(self, event: dict[str, Any], persist: bool = True) -> None:
+        """Send ``event`` to the hooks; ``persist``: also append it to the events file."""
+        if persist and self.config.events_path is not None:
             self.config.events_path.parent.mkdir(parents=True, exist_ok=True)
             with self.config.events_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(event, sort_keys=True, default=str) + "\n")

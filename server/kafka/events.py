@@ -2,7 +2,8 @@
 
 Batch events use the in-process runner's keys where they overlap (``requests``, ``rejected``,
 ``samples``, ``removed_total``, the residuals, ``certificate``, ``timings``...), so the Prometheus
-exporter reads both; Kafka adds ``records``, ``duplicates``, ``dead_letters`` (per kind),
+exporter reads both; Kafka adds ``records``, ``duplicates``, ``dead_letters`` (per kind), ``unauthorised`` (per
+reason: bad_signature, not_owner, rate_limited), ``held`` (requests waiting for a larger removal),
 ``committed``, ``lag_requests`` and ``latency_seconds`` (request to receipt, per request).
 """
 
@@ -15,16 +16,30 @@ from server.kafka.checkpoint import StreamState
 from simulator.runner.loop import certificate_section, removal_fields
 from simulator.runner.setup import Federation
 
-COUNTERS = ("records", "applied", "rejected", "duplicates", "dead_letters", "samples", "batches")
+COUNTERS = (
+    "records",
+    "applied",
+    "rejected",
+    "duplicates",
+    "dead_letters",
+    "unauthorised",
+    "samples",
+    "batches",
+    "offset_gaps",
+    "skipped_records",
+    "replayed_records",
+)
 
 
 def count_batch(counters: dict[str, int], records: int, result: BatchResult, dead: int) -> None:
-    """Add one batch to the running counters (kept in the checkpoint)."""
+    """Add one batch to the running counters (kept in the checkpoint); ``rejected`` includes
+    the ``unauthorised`` ones."""
     counters["records"] += records
     counters["applied"] += result.count("applied")
     counters["rejected"] += result.count("rejected")
     counters["duplicates"] += result.count("duplicate")
     counters["dead_letters"] += dead
+    counters["unauthorised"] += len(result.unauthorised)
     counters["samples"] += len(result.removed)
     counters["batches"] += 1
 
@@ -40,24 +55,38 @@ def totals(fed: Federation, state: StreamState) -> dict[str, Any]:
         "epsilon_spent": head.epsilon_spent,
         "budget_used_ratio": head.cumulative_residual / head.budget,
         "retained": fed.head_data.retained_count,
+        "held": len(state.pending),
+        "sessions": state.sessions,
         "offsets": {str(p): o for p, o in sorted(state.offsets.items())},
     }
 
 
 def batch_event(
-    fed: Federation, state: StreamState, result: BatchResult, *, records: int, dead: dict[str, int]
+    fed: Federation,
+    state: StreamState,
+    result: BatchResult,
+    *,
+    records: int,
+    dead: dict[str, int],
+    unauthorised: dict[str, int],
 ) -> dict[str, Any]:
-    """The ``deletion_batch`` record of the batch just applied (``state`` already updated)."""
+    """The ``deletion_batch`` record of the batch just applied (``state`` already updated).
+
+    ``requests`` counts the requests answered in this batch (held ones are answered later).
+    """
+    answered = sum(r is not None for r in result.receipts)
     event: dict[str, Any] = {
         "event": "deletion_batch",
         "source": "kafka",
         "batch": state.batch,
         "records": records,
-        "requests": records - sum(dead.values()),
+        "requests": answered,
         "applied": result.count("applied"),
         "rejected": result.count("rejected"),
         "duplicates": result.count("duplicate"),
         "dead_letters": dict(dead),
+        "unauthorised": dict(unauthorised),
+        "held": len(state.pending),
         "samples": len(result.removed),
         "removed_total": len(state.forgotten),
         "model_version": fed.head.model_version,

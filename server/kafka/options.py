@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from server.kafka.batcher import BatchPolicy
+from server.kafka.settings import OFFSET_GAP_POLICIES, RATE_LIMIT, RATE_WINDOW
 from server.kafka.topics import Topics
 from simulator.scenario import Scenario
 
@@ -61,6 +62,64 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--blas-threads", type=int, metavar="N", help="limit BLAS to N threads (default: as is)"
     )
+    parser.add_argument(
+        "--on-offset-gap",
+        choices=OFFSET_GAP_POLICIES,
+        default="fail",
+        help="when the log no longer holds what the checkpoint expects: stop with an error "
+        "(fail, default), re-read it from its earliest offset (replay), or go on past it (skip)",
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="file that exists while the consumer is ready (default: STATE_DIR/ready)",
+    )
+    add_security_options(parser)
+
+
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    """Who may delete what (docs/security.md)."""
+    parser.add_argument(
+        "--ownership",
+        choices=("enforce", "off"),
+        default="enforce",
+        help="apply a request only for rows its subject owns (default: enforce)",
+    )
+    add_signing_options(parser, "require requests signed with the key")
+    parser.add_argument(
+        "--subject-rate-limit",
+        type=int,
+        default=RATE_LIMIT,
+        metavar="N",
+        help="most requests one subject may have accepted per window; 0: no limit "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--subject-rate-window",
+        type=float,
+        default=RATE_WINDOW,
+        metavar="SECONDS",
+        help="the rate limit's window (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-removal-batch",
+        type=int,
+        default=1,
+        metavar="K",
+        help="hold a client's removals until they cover K rows, so that one removal message "
+        "never describes fewer than K samples (default: 1, no holding)",
+    )
+
+
+def add_signing_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--signing-key-env`` / ``--signing-key-file`` (a key is never given on the command line)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--signing-key-env",
+        metavar="VAR",
+        help=f"{what} in this environment variable (default: $UNLEARNSIM_SIGNING_KEY if set)",
+    )
+    group.add_argument("--signing-key-file", metavar="PATH", help=f"{what} in this file")
 
 
 def topics_from(args: argparse.Namespace) -> Topics:

@@ -3,7 +3,8 @@
 The stream is generated exactly as :func:`~simulator.runner.setup.build_federation` generates
 it (same partition, labels and ``stream`` random generator), but without training anything:
 only the data and the partition are needed. Records are keyed by request id and sent at a
-fixed rate or as fast as possible.
+fixed rate or as fast as possible; with a signing key each carries its HMAC
+(:mod:`server.kafka.signing`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from kafka import KafkaProducer
 
 from server.kafka.publisher import producer_settings
+from server.kafka.signing import HEADER, sign
 from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.evaluation import original_labels
 from simulator.runner.seeds import stage_rng
@@ -57,11 +59,12 @@ def replay(
     topic: str,
     schedule: Sequence[float] | None = None,
     on_sent: Callable[[int], None] | None = None,
+    signing_key: bytes | None = None,
 ) -> ReplayReport:
     """Send ``(key, value)`` records to ``topic``; record ``i`` not before ``schedule[i]``.
 
-    ``schedule`` holds send times in seconds from the start (None: as fast as possible).
-    Returns once every record is acknowledged.
+    ``schedule`` holds send times in seconds from the start (None: as fast as possible);
+    ``signing_key`` signs every value. Returns once every record is acknowledged.
     """
     if schedule is not None and len(schedule) != len(values):
         raise ValueError(f"{len(schedule)} send times for {len(values)} records")
@@ -73,7 +76,8 @@ def replay(
                 delay = start + schedule[i] - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-            producer.send(topic, key=key, value=value)
+            headers = [] if signing_key is None else [(HEADER, sign(value, signing_key))]
+            producer.send(topic, key=key, value=value, headers=headers)
             if on_sent is not None and (i + 1) % 1000 == 0:
                 on_sent(i + 1)
         producer.flush()
@@ -106,10 +110,16 @@ def replay_requests(
     schedule: Sequence[float] | None = None,
     request_partitions: int = 1,
     on_sent: Callable[[int], None] | None = None,
+    signing_key: bytes | None = None,
 ) -> ReplayReport:
     """Create the topics if needed, then send every request as JSON keyed by its id."""
     ensure_topics(bootstrap, topics, request_partitions=request_partitions)
     values = [(r.request_id.encode("utf-8"), r.to_json()) for r in requests]
     return replay(
-        values, bootstrap=bootstrap, topic=topics.requests, schedule=schedule, on_sent=on_sent
+        values,
+        bootstrap=bootstrap,
+        topic=topics.requests,
+        schedule=schedule,
+        on_sent=on_sent,
+        signing_key=signing_key,
     )

@@ -23,6 +23,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import caught_up
 from server.kafka.records import OutRecord, header
+from server.kafka.security import client_options
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class Publisher:
             enable_auto_commit=False,
             request_timeout_ms=5000,
             bootstrap_timeout_ms=5000,
+            **client_options(),
         )
         try:
             parts: list[TopicPartition] = []
@@ -182,7 +184,8 @@ class Publisher:
 
 
 def producer_settings(bootstrap: str) -> dict[str, Any]:
-    """Idempotent, acknowledged by all replicas, small linger, bounded blocking."""
+    """Idempotent, acknowledged by all replicas, small linger, bounded blocking; TLS/SASL
+    from the environment (:mod:`server.kafka.security`)."""
     return {
         "bootstrap_servers": bootstrap,
         "acks": "all",
@@ -193,6 +196,7 @@ def producer_settings(bootstrap: str) -> dict[str, Any]:
         "max_block_ms": 5000,
         "request_timeout_ms": 5000,
         "bootstrap_timeout_ms": 5000,
+        **client_options(),
     }
 
 

@@ -37,6 +37,7 @@ class Incoming:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    headers: Headers = ()
 
 
 @dataclass(frozen=True)

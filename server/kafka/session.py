@@ -2,7 +2,9 @@
 
 :func:`consume` runs a :class:`~server.kafka.consumer.DeletionConsumer` until it is idle or
 stopped (SIGTERM/SIGINT finish the current batch first), evaluates the final head, writes
-``kafka_summary.json`` and prints a summary table. ``unlearnsim run --stream kafka`` calls it
+``kafka_summary.json`` (totals over every session on the state folder, and this session's own
+counts and times under ``session``) and prints a summary table. A ready file (default
+``STATE_DIR/ready``) exists while the consumer is ready (:class:`server.health.Health`). ``unlearnsim run --stream kafka`` calls it
 with an in-process federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it with a
 federation whose clients are SuperNodes (:mod:`server.server_app`).
 """
@@ -20,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
 from simulator.runner.setup import Federation
 
@@ -37,8 +40,14 @@ SUMMARY_KEYS = (
     "model_version",
     "retrains",
     "epsilon_spent",
-    "wall_seconds",
+    "unauthorised",
+    "held",
+    "offset_gaps",
+    "skipped_records",
+    "sessions",
 )
+#: This session's own values (``summary["session"]``), shown after the totals.
+SESSION_KEYS = ("records", "applied", "wall_seconds")
 
 
 def consume(
@@ -47,13 +56,23 @@ def consume(
     out: Path,
     console: Console,
     on_event: Sequence[EventHook] = (),
+    *,
+    ready: Path | None = None,
 ) -> dict[str, Any]:
-    """Consume ``config``'s requests topic into ``fed``; write and return the summary."""
+    """Consume ``config``'s requests topic into ``fed``; write and return the summary.
+
+    ``ready``: the ready file (default ``STATE_DIR/ready``).
+    """
     from simulator.runner.loop import evaluate
 
-    consumer = DeletionConsumer(fed, config, on_event=[*on_event, _announce(console, config)])
-    with _stop_on_signals(consumer):
-        summary = consumer.run()
+    health = Health(ready_file=ready or config.state_dir / "ready")
+    hooks = [*on_event, health, _announce(console, config)]
+    consumer = DeletionConsumer(fed, config, on_event=hooks)
+    try:
+        with _stop_on_signals(consumer):
+            summary = consumer.run()
+    finally:
+        health.close()
     summary["metrics"] = evaluate(fed, consumer.state.last_tick, consumer.state.forgotten)
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -98,6 +117,10 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
     for key in SUMMARY_KEYS:
         value = summary.get(key)
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    for key in SESSION_KEYS:
+        value = summary.get("session", {}).get(key)
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        table.add_row(f"{key} (this session)", shown)
     acc = summary.get("metrics", {}).get("accuracy_test")
     if acc is not None:
         table.add_row("accuracy_test", f"{acc:.4f}")

@@ -8,7 +8,15 @@ them into the consumer's configuration.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+
+#: What to do when the requests log no longer holds what the checkpoint expects.
+OFFSET_GAP_POLICIES = ("fail", "replay", "skip")
+#: Default per-subject rate limit: requests accepted per window of seconds.
+RATE_LIMIT, RATE_WINDOW = 60, 3600.0
 
 
 class StreamSettings(BaseModel):
@@ -17,6 +25,10 @@ class StreamSettings(BaseModel):
     An empty ``bootstrap`` means the scenario's own generated stream; otherwise the ServerApp
     consumes the Kafka requests topic (:mod:`server.kafka.session`) with these settings, the
     same as ``unlearnsim run --stream kafka``'s options. ``idle_timeout`` 0 means no timeout.
+    Authorisation (docs/security.md): ``ownership`` enforces the subject registry; a signing
+    key (``signing_key_file``, else the variable ``signing_key_env``, else
+    ``$UNLEARNSIM_SIGNING_KEY``) requires signed requests; ``subject_rate_limit`` requests per
+    subject per ``subject_rate_window`` seconds (0: no limit).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -30,6 +42,14 @@ class StreamSettings(BaseModel):
     max_wait: float = Field(default=0.2, ge=0)
     idle_timeout: float = Field(default=0.0, ge=0)
     state_dir: str = ""
+    ownership: bool = True
+    signing_key_env: str = ""
+    signing_key_file: str = ""
+    subject_rate_limit: int = Field(default=RATE_LIMIT, ge=0)
+    subject_rate_window: float = Field(default=RATE_WINDOW, gt=0)
+    on_offset_gap: Literal["fail", "replay", "skip"] = "fail"
+    min_removal_batch: int = Field(default=1, ge=1)
+    ready_file: str = ""
 
     @property
     def enabled(self) -> bool:

@@ -16,6 +16,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from server.kafka.errors import BrokerUnavailableError
+from server.kafka.security import client_options
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,10 @@ def ensure_topics(
         admin = None
         try:
             admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap, request_timeout_ms=5000, bootstrap_timeout_ms=5000
+                bootstrap_servers=bootstrap,
+                request_timeout_ms=5000,
+                bootstrap_timeout_ms=5000,
+                **client_options(),
             )
             missing = [name for name in wanted if name not in set(admin.list_topics())]
             for name in missing:

@@ -29,7 +29,7 @@ from simulator.federation import (
     WeightReport,
 )
 from simulator.models import LocalUpdate, StateArrays
-from simulator.runner.featurize import Featurizer, in_process_round
+from simulator.runner.featurize import Featurizer, LocalRound, in_process_round
 from simulator.runner.shards import make_client
 from simulator.scenario import Scenario
 
@@ -127,10 +127,17 @@ class InProcessTransport:
         self._shards = list(shards)
         self._device = device
         self._clients: dict[int, FederatedClient] = {}
-        pools = [(dataset.x_train[s], dataset.y_train[s]) for s in self._shards]
-        self._round = in_process_round(scenario, dataset, pools, device=device)
+        self._round: LocalRound | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (a restarted consumer reloads a built federation); the local-round
+        closure is not kept but rebuilt when next needed."""
+        return {**self.__dict__, "_round": None}
 
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
+        if self._round is None:
+            pools = [(self._dataset.x_train[s], self._dataset.y_train[s]) for s in self._shards]
+            self._round = in_process_round(self._scenario, self._dataset, pools, device=self._device)
         return self._round(round_index, global_arrays)
 
     def open_clients(

@@ -1,0 +1,170 @@
+"""Never skip silently: check that the requests log still holds what the checkpoint expects.
+
+A checkpoint says, per requests partition, the next offset to read and a fingerprint of the
+last record it consumed there (offset, timestamp and a digest of key and value). Before reading
+on from it, the consumer probes every partition (:func:`probe`): the log's earliest offset, its
+end (the highwater of a fetch: ``end_offsets()`` is unreliable on some brokers) and the record
+just before the checkpointed offset. :func:`find_gap` turns that into a :class:`Gap`:
+
+* ``truncated``: the log ends before the checkpointed offset (topic re-created, log lost);
+* ``expired``: the log starts after it (retention or deletion removed unread records);
+* ``rewritten``: the offsets are there but the record before them is another one (topic
+  re-created and refilled past the old position, the silent skip of a broker restart on
+  ``memory://`` storage).
+
+The consumer stops with :class:`OffsetGapError` unless told what to do (``--on-offset-gap``):
+``replay`` re-reads the log from its earliest offset (request ids answered before get
+``duplicate`` receipts), ``skip`` goes on from where nothing can be re-read (the log's end;
+for ``expired``, its start), counting what it skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from server.kafka.errors import BrokerUnavailableError, CheckpointError
+
+Policy = Literal["fail", "replay", "skip"]
+POLICIES: tuple[Policy, ...] = ("fail", "replay", "skip")
+#: (offset, timestamp ms, digest of key and value) of the last record consumed in a partition.
+Fingerprint = tuple[int, int, str]
+
+
+class OffsetGapError(CheckpointError):
+    """The requests log no longer holds what the checkpoint expects (the message says what)."""
+
+
+def fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None) -> Fingerprint:
+    """The identity of one record: where, when, and a digest of its bytes."""
+    h = hashlib.blake2b(digest_size=12)
+    for part in (key, value):
+        h.update(b"-" if part is None else b"+%d:" % len(part))
+        h.update(part or b"")
+    return (offset, timestamp_ms, h.hexdigest())
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a partition holds now: ``[earliest, latest)`` and the record at ``expected - 1``."""
+
+    partition: int
+    earliest: int
+    latest: int
+    before: Fingerprint | None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A checkpointed position the log no longer supports."""
+
+    partition: int
+    kind: Literal["truncated", "expired", "rewritten"]
+    expected: int
+    earliest: int
+    latest: int
+
+    def describe(self, topic: str) -> str:
+        what = {
+            "truncated": "the log now ends before it",
+            "expired": "the log now starts after it (unread records were deleted)",
+            "rewritten": "the record before it is not the one the checkpoint consumed",
+        }[self.kind]
+        return (
+            f"{topic}[{self.partition}]: the checkpoint resumes at offset {self.expected}, but "
+            f"{what}: the log holds offsets {self.earliest}..{self.latest - 1} (topic re-created, "
+            "truncated or expired)"
+        )
+
+    def resume_at(self, policy: Policy) -> int:
+        """Where reading goes on under ``policy`` (``replay`` or ``skip``)."""
+        if policy == "replay" or self.kind == "expired":
+            return self.earliest
+        return self.latest
+
+    def skipped(self, policy: Policy) -> int:
+        """Records never to be read under ``policy`` (as far as the log can tell)."""
+        if self.kind == "expired":
+            return self.earliest - self.expected
+        return 0 if policy == "replay" else self.latest - self.earliest
+
+
+def find_gap(probe: Probe, expected: int, last: Fingerprint | None) -> Gap | None:
+    """The gap between a checkpoint (``expected``, ``last``) and what the log holds, if any."""
+    args = (probe.partition, expected, probe.earliest, probe.latest)
+    if probe.latest < expected:
+        return Gap(probe.partition, "truncated", *args[1:])
+    if probe.earliest > expected:
+        return Gap(probe.partition, "expired", *args[1:])
+    if last is not None and probe.before is not None and probe.before != last:
+        return Gap(probe.partition, "rewritten", *args[1:])
+    return None
+
+
+def probe(
+    bootstrap: str,
+    topic: str,
+    expected: Mapping[int, int],
+    *,
+    options: Mapping[str, Any] | None = None,
+    timeout: float = 15.0,
+) -> dict[int, Probe]:
+    """Probe the partitions of ``expected`` (partition -> next offset the checkpoint reads).
+
+    Raises
+    ------
+    BrokerUnavailableError
+        The broker did not answer every partition within ``timeout`` seconds.
+    """
+    if not expected:
+        return {}
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        request_timeout_ms=5000,
+        bootstrap_timeout_ms=int(timeout * 1000),
+        **dict(options or {}),
+    )
+    try:
+        parts = {p: TopicPartition(topic, p) for p in sorted(expected)}
+        consumer.assign(list(parts.values()))
+        earliest = consumer.beginning_offsets(list(parts.values()), timeout_ms=timeout * 1000)
+        start = {p: max(expected[p] - 1, earliest[tp]) for p, tp in parts.items()}
+        for p, tp in parts.items():
+            consumer.seek(tp, start[p])
+        before: dict[int, Fingerprint | None] = {}
+        latest: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        while len(latest) < len(parts):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"could not read {topic} partitions {sorted(set(parts) - set(latest))} "
+                    f"at {bootstrap} within {timeout:g} s"
+                )
+            polled = consumer.poll(timeout_ms=100, max_records=len(parts))
+            for tp, messages in polled.items():
+                m = messages[0]
+                if m.offset == expected[tp.partition] - 1:
+                    before[tp.partition] = fingerprint(m.offset, m.timestamp, m.key, m.value)
+                latest[tp.partition] = consumer.highwater(tp) or m.offset + 1
+                consumer.pause(tp)
+            for p, tp in parts.items():  # nothing at or after the start: the highwater says so
+                high = consumer.highwater(tp)
+                if p not in latest and high is not None and high <= start[p]:
+                    latest[p] = high
+                    consumer.pause(tp)
+        return {
+            p: Probe(p, earliest[tp], latest[p], before.get(p)) for p, tp in parts.items()
+        }
+    except KafkaError as exc:
+        raise BrokerUnavailableError(f"probing {topic} at {bootstrap} failed: {exc}") from exc
+    finally:
+        consumer.close()
