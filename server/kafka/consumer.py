@@ -141,12 +141,12 @@ class DeletionConsumer:
             )
             consumer = self._open()
             try:
+                parts = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+                self._resume(consumer, parts, store)  # first: a gap stops before anything is sent
                 if state.outbox:  # the last batch's outbox may not have reached the broker
                     state.published_until = publisher.publish(
                         state.outbox, state.batch, start=state.published_until, verify=True
                     )
-                parts = sorted(consumer.assignment(), key=lambda tp: tp.partition)
-                self._resume(consumer, parts, store)
                 self._emit(
                     {
                         "event": "consumer_start",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -79,7 +79,7 @@ class Publisher:
             try:
                 if verify:
                     present, scanned = self._scan(batch, {r.topic for r in records}, start)
-                    _advance(ends, scanned.items())
+                    ends.update(scanned)  # read to the end: where the next batch starts
                     pending = [(i, r) for i, r in pending if i not in present]
                 if pending:
                     self._send(pending, batch, ends)
@@ -106,11 +106,12 @@ class Publisher:
             for i, r in pending
         ]
         producer.flush(timeout=self.flush_timeout)
-        written = []
+        written: dict[Position, int] = {}
         for future in futures:
             meta = future.get(timeout=0)
-            written.append(((meta.topic, meta.partition), meta.offset + 1))
-        _advance(ends, written)
+            pos = (meta.topic, meta.partition)
+            written[pos] = max(written.get(pos, 0), meta.offset + 1)
+        ends.update(written)  # where this send ended, even on a re-created (shorter) topic
 
     def _scan(
         self, batch: int, topics: set[str], start: dict[Position, int]
@@ -135,6 +136,7 @@ class Publisher:
                 consumer.seek(tp, start.get((tp.topic, tp.partition), 0))
             prefix = f"{batch}:".encode()
             present: set[int] = set()
+            rewound: set[TopicPartition] = set()
             deadline = time.monotonic() + self.scan_timeout
             while True:
                 for messages in consumer.poll(timeout_ms=200).values():
@@ -142,6 +144,11 @@ class Publisher:
                         tag = header(m.headers, OUTBOX_HEADER) or b""
                         if tag.startswith(prefix):
                             present.add(int(tag[len(prefix) :]))
+                for tp in parts:  # the topic ends before ``start``: re-created, read it all
+                    high = consumer.highwater(tp)
+                    if high is not None and high < consumer.position(tp) and tp not in rewound:
+                        rewound.add(tp)
+                        consumer.seek_to_beginning(tp)
                 if caught_up(consumer, parts):
                     return present, {
                         (tp.topic, tp.partition): consumer.position(tp) for tp in parts
@@ -199,7 +206,3 @@ def producer_settings(bootstrap: str) -> dict[str, Any]:
         **client_options(),
     }
 
-
-def _advance(ends: dict[Position, int], offsets: Iterable[tuple[Position, int]]) -> None:
-    for pos, offset in offsets:
-        ends[pos] = max(ends.get(pos, 0), offset)

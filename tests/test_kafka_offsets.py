@@ -1,0 +1,176 @@
+"""Never skip silently: the bundled broker restarted on ``memory://`` loses the log under a
+checkpoint; the consumer stops with a clear error, or replays or skips as told and counts it.
+Also: several request partitions, per-partition offsets in the checkpoint, a crash and resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_support import SMALL, broker, config, read_receipts, scenario
+
+from server.kafka.broker import LocalBroker
+from server.kafka.checkpoint import CheckpointStore
+from server.kafka.consumer import DeletionConsumer
+from server.kafka.offsets import OffsetGapError
+from server.kafka.producer import replay_requests
+from server.kafka.publisher import Publisher
+from server.kafka.topics import Topics
+from simulator.runner.setup import Federation, build_federation
+
+__all__ = ["broker"]
+
+
+@pytest.fixture(scope="module")
+def built() -> Federation:
+    return build_federation(scenario(SMALL))
+
+
+def consume(built: Federation, bootstrap: str, folder: Path, **extra: Any) -> dict[str, Any]:
+    """One consumer process's session (a fresh copy of the built federation, as a restart)."""
+    return DeletionConsumer(copy.deepcopy(built), config(bootstrap, folder, **extra)).run()
+
+
+def restart_empty(broker: LocalBroker) -> None:
+    """Stop the broker and start it again on the same port: memory:// storage starts empty."""
+    broker.stop()
+    broker.start()
+
+
+def events(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_log_shorter_than_the_checkpoint_stops_the_consumer(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    topics = Topics()
+    requests = built.requests
+    replay_requests(requests[:40], bootstrap=broker.bootstrap, topics=topics)
+    assert consume(built, broker.bootstrap, tmp_path)["offsets"] == {"0": 40}
+
+    restart_empty(broker)  # topics re-created empty; 10 new requests
+    replay_requests(requests[40:50], bootstrap=broker.bootstrap, topics=topics)
+    with pytest.raises(OffsetGapError, match=r"offset 40.*ends before it.*--on-offset-gap"):
+        consume(built, broker.bootstrap, tmp_path)
+    assert read_receipts(broker.bootstrap, topics) == []  # nothing answered, nothing skipped
+
+    summary = consume(built, broker.bootstrap, tmp_path, on_offset_gap="replay")
+    receipts = read_receipts(broker.bootstrap, topics)
+    # the last checkpoint's outbox went with the old log: it is sent again, then the new log
+    outbox = [r.request_id for r in requests[32:40]]
+    assert [r.request_id for r in receipts] == outbox + [r.request_id for r in requests[40:50]]
+    assert summary["offset_gaps"] == 1 and summary["replayed_records"] == 10
+    assert summary["gaps"][0]["kind"] == "truncated" and summary["offsets"] == {"0": 10}
+    gap = next(e for e in events(tmp_path) if e["event"] == "offset_gap")
+    assert (gap["expected"], gap["earliest"], gap["latest"], gap["action"]) == (40, 0, 10, "replay")
+
+
+def test_a_refilled_log_past_the_checkpoint_is_not_skipped_silently(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    """Issue 19's silent skip: after a broker restart the new log grew past the checkpointed
+    offset, and the consumer used to resume there, skipping every new request before it."""
+    topics = Topics()
+    requests = built.requests
+    replay_requests(requests[:40], bootstrap=broker.bootstrap, topics=topics)
+    consume(built, broker.bootstrap, tmp_path)
+
+    restart_empty(broker)
+    fresh = requests[40:90]  # 50 requests: offsets 0..49 of the new log
+    replay_requests(fresh, bootstrap=broker.bootstrap, topics=topics)
+    with pytest.raises(OffsetGapError, match="not the one the checkpoint consumed"):
+        consume(built, broker.bootstrap, tmp_path)
+    assert read_receipts(broker.bootstrap, topics) == []
+
+    summary = consume(built, broker.bootstrap, tmp_path, on_offset_gap="replay")
+    receipts = read_receipts(broker.bootstrap, topics)[8:]  # after the old outbox, sent again
+    assert sorted(r.request_id for r in receipts) == sorted(r.request_id for r in fresh)
+    assert summary["gaps"][0]["kind"] == "rewritten" and summary["skipped_records"] == 0
+
+
+def test_skip_goes_on_past_the_gap_and_counts_it(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    topics = Topics()
+    requests = built.requests
+    replay_requests(requests[:40], bootstrap=broker.bootstrap, topics=topics)
+    consume(built, broker.bootstrap, tmp_path)
+    restart_empty(broker)
+    replay_requests(requests[30:80], bootstrap=broker.bootstrap, topics=topics)
+
+    summary = consume(built, broker.bootstrap, tmp_path, on_offset_gap="skip")
+    assert summary["offset_gaps"] == 1 and summary["skipped_records"] == 50
+    assert summary["session"]["skipped_records"] == 50
+    assert len(read_receipts(broker.bootstrap, topics)) == 8  # the old outbox; all 50 skipped
+    replay_requests(requests[80:85], bootstrap=broker.bootstrap, topics=topics)
+    summary = consume(built, broker.bootstrap, tmp_path)  # no new gap: fail is fine now
+    receipts = read_receipts(broker.bootstrap, topics)[8:]
+    assert [r.request_id for r in receipts] == [r.request_id for r in requests[80:85]]
+    assert summary["offset_gaps"] == 1 and summary["sessions"] == 3
+
+
+def test_a_running_consumer_notices_the_log_shrink_under_it(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    topics = Topics()
+    requests = built.requests
+    replay_requests(requests[:40], bootstrap=broker.bootstrap, topics=topics)
+    restarted = threading.Event()
+
+    def broker_restarts(event: dict[str, Any], _: Federation) -> None:
+        if event["event"] == "deletion_batch" and event["batch"] == 3 and not restarted.is_set():
+            restarted.set()
+            restart_empty(broker)
+            replay_requests(requests[40:45], bootstrap=broker.bootstrap, topics=topics)
+
+    fed = copy.deepcopy(built)
+    settings = config(
+        broker.bootstrap, tmp_path, on_offset_gap="replay", idle_timeout=4.0, flush_timeout=2.0
+    )
+    summary = DeletionConsumer(fed, settings, on_event=[broker_restarts]).run()
+    assert restarted.is_set() and summary["offset_gaps"] == 1
+    assert summary["gaps"][0]["kind"] == "truncated"
+    answered = [r.request_id for r in read_receipts(broker.bootstrap, topics)]
+    assert answered == [r.request_id for r in requests[40:45]]  # the new log, replayed
+
+
+class Crash(BaseException):
+    """The process dies."""
+
+
+def test_several_request_partitions_resume_from_per_partition_offsets(
+    broker: LocalBroker, built: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topics = Topics("multi-req", "multi-rec", "multi-dlq")
+    requests = built.requests
+    replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, request_partitions=3)
+    real_send = Publisher._send
+
+    def dies(self: Publisher, pending: list, batch: int, ends: dict) -> None:
+        if batch == 3:
+            raise Crash
+        real_send(self, pending, batch, ends)
+
+    monkeypatch.setattr(Publisher, "_send", dies)
+    with pytest.raises(Crash):
+        consume(built, broker.bootstrap, tmp_path, topics=topics, request_partitions=3)
+    monkeypatch.undo()
+    with CheckpointStore(tmp_path / "state", copy.deepcopy(built)) as store:
+        saved = store.load()
+    assert saved is not None and len(saved.offsets) >= 2  # offsets of several partitions
+    assert set(saved.last_records) == set(saved.offsets)
+
+    summary = consume(built, broker.bootstrap, tmp_path, topics=topics, request_partitions=3)
+    receipts = read_receipts(broker.bootstrap, topics)
+    counts = Counter(r.request_id for r in receipts)
+    assert set(counts) == {r.request_id for r in requests}
+    assert all(n == 1 for n in counts.values())  # one receipt each, across the crash
+    assert sorted(summary["offsets"]) == ["0", "1", "2"]
+    assert sum(summary["offsets"].values()) == len(requests) == summary["records"]
