@@ -46,6 +46,15 @@ def test_rule_unit_tests_pass() -> None:
             "deriv(unlearn_deletion_lag_requests[5m]) > 0",
             "deriv(unlearn_deletion_lag_requests[5m]) < 0",
         ),
+        (
+            'increase(unlearn_retrains_total{reason="budget"}[30m])) >= 3',
+            'increase(unlearn_retrains_total{reason="budget"}[30m])) >= 1',
+        ),
+        ("and on() unlearn_cr_budget_used_ratio > 0.5", "and on() unlearn_cr_budget_used_ratio > 0.2"),
+        (
+            "sum(rate(unlearn_stream_unauthorised_requests_total[5m])) > 1",
+            "sum(rate(unlearn_stream_unauthorised_requests_total[5m])) > 0.1",
+        ),
     ],
 )
 def test_rule_tests_catch_a_wrong_threshold(tmp_path: Path, old: str, new: str) -> None:

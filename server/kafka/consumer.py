@@ -231,6 +231,11 @@ class DeletionConsumer:
         topic = cfg.topics.requests
         policy = cfg.on_offset_gap
         if policy == "fail":
+            self._emit(
+                {"event": "offset_gap", "topic": topic, "partition": gap.partition,
+                 "kind": gap.kind, "action": "fail", "expected": gap.expected,
+                 "earliest": gap.earliest, "latest": gap.latest, "skipped": 0}
+            )  # fmt: skip
             raise OffsetGapError(
                 f"{gap.describe(topic)}. Requests there may never have been answered. Stopping "
                 "instead of skipping them silently: restart with --on-offset-gap replay to "

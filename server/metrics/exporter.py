@@ -5,6 +5,10 @@ transport or stream source that emits the same event records can call it). It re
 records the runner writes to ``events.jsonl`` (start, every deletion batch, end; see
 ``docs/metrics.md`` for the keys it uses) and, for per-client gauges, the federation's clients.
 
+The exporter also keeps the run's :class:`~server.health.Health` (fed by the same events) and
+serves it as ``/healthz`` (liveness) and ``/readyz`` (readiness) next to ``/metrics``: HTTP 200
+or 503 with a one-line reason.
+
 Gauges that have no value yet (e.g. the retrained reference before the first checkpoint) have
 no series; gauges whose value is undefined for a batch (e.g. an attack on an empty forget set)
 are NaN. Labelled counters are created at 0 for every known label value, so rates and alert
@@ -18,15 +22,21 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.metrics import MetricWrapperBase
 
+from server.health import Health
 from server.metrics.definitions import build_registry
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
 RETRAIN_REASONS = ("budget", "method", "requested")
 DEAD_LETTER_REASONS = ("malformed", "oversized", "schema", "other")
+UNAUTHORISED_REASONS = ("bad_signature", "not_owner", "rate_limited", "other")
+GAP_ACTIONS = ("fail", "replay", "skip")
 DETECTORS = ("adwin", "page_hinkley")
 STREAMS = ("accuracy", "forget_loss", "mia_auc")
 #: Evaluation stages (label ``stage``) and the event timing each one reads.
@@ -66,10 +76,11 @@ class MetricsExporter:
     version : the ``build_info`` version label.
     """
 
-    def __init__(self, version: str = "0.1.0") -> None:
+    def __init__(self, version: str = "0.1.0", *, health: Health | None = None) -> None:
         self.registry: CollectorRegistry
         self.registry, self.m = build_registry()
         self.version = version
+        self.health = health or Health()
         self._lock = threading.Lock()
         self._total_requests: int | None = None
         self._processed = 0
@@ -80,16 +91,34 @@ class MetricsExporter:
             self.m["retrains_total"].labels(reason=r)
         for r in DEAD_LETTER_REASONS:
             self.m["stream_dead_letters_total"].labels(reason=r)
+        for r in UNAUTHORISED_REASONS:
+            self.m["stream_unauthorised_requests_total"].labels(reason=r)
+        for a in GAP_ACTIONS:
+            self.m["stream_offset_gaps_total"].labels(action=a)
+        self.m["stream_ready"].set(0)
         for d in DETECTORS:
             for s in STREAMS:
                 self.m["drift_detections_total"].labels(detector=d, stream=s)
 
     # ------------------------------------------------------------------ serving
     def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns the bound port."""
-        from prometheus_client import start_http_server
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` in a daemon thread;
+        returns the bound port."""
+        metrics = make_wsgi_app(self.registry)
+        checks = {"/healthz": self.health.liveness, "/readyz": self.health.readiness}
 
-        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            check = checks.get(environ.get("PATH_INFO", ""))
+            if check is None:
+                return metrics(environ, start_response)
+            ok, why = check()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"{'ok' if ok else 'not ok'}: {why}\n".encode()]
+
+        self._server = make_server(addr, port, app, _Server, handler_class=_QuietHandler)
+        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread.start()
         return int(self._server.server_port)
 
     def close(self) -> None:
@@ -102,8 +131,22 @@ class MetricsExporter:
     # ------------------------------------------------------------------ events
     def __call__(self, event: dict[str, Any], fed: Any = None) -> None:
         """The ``on_event`` callback: route one event record."""
+        self.health(event, fed)
         with self._lock:
             kind = event.get("event")
+            self.m["stream_ready"].set(1 if self.health.readiness()[0] else 0)
+            if kind == "heartbeat":
+                return
+            if kind == "consumer_start":
+                seconds = event.get("process_seconds") or event.get("startup_seconds")
+                self.m["stream_startup_seconds"].set(_f(seconds))
+                self.m["stream_held_requests"].set(_f(event.get("held", 0)))
+            elif kind == "offset_gap":
+                action = event.get("action")
+                self.m["stream_offset_gaps_total"].labels(
+                    action=action if action in GAP_ACTIONS else "fail"
+                ).inc()
+                self.m["stream_skipped_records_total"].inc(int(event.get("skipped", 0)))
             if kind == "start":
                 self._start(event)
                 head = getattr(getattr(fed, "scenario", None), "head", None)
@@ -156,6 +199,11 @@ class MetricsExporter:
         for reason, n in (e.get("dead_letters") or {}).items():
             r = reason if reason in DEAD_LETTER_REASONS else "other"
             m["stream_dead_letters_total"].labels(reason=r).inc(int(n))
+        for reason, n in (e.get("unauthorised") or {}).items():
+            r = reason if reason in UNAUTHORISED_REASONS else "other"
+            m["stream_unauthorised_requests_total"].labels(reason=r).inc(int(n))
+        if "held" in e:
+            m["stream_held_requests"].set(_f(e["held"]))
         self._processed += requests
         if "lag_requests" in e:
             m["deletion_lag_requests"].set(_f(e["lag_requests"]))
@@ -281,3 +329,16 @@ class MetricsExporter:
         """A metric by its short name (without ``unlearn_``)."""
         metric: MetricWrapperBase = self.m[name]
         return metric
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per request; threads do not keep the process alive."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (Prometheus scrapes every few seconds)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
