@@ -165,8 +165,13 @@ class FederatedClient:
         return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
-        local = [self._local[int(i)] for i in ids]
-        out = self.data.delete(local, W=W, W_ref=W_ref)
+        """Delete the rows of ``ids``; the answer lists them in the order of their feature
+        values, not the order asked, so it does not say which row belongs to which id (what
+        the server learns: docs/security.md)."""
+        local = np.asarray([self._local[int(i)] for i in ids], dtype=np.int64)
+        rows = self.data.features[local]
+        local = local[np.lexsort(rows.T[::-1])] if rows.size else local
+        out = self.data.delete(local.tolist(), W=W, W_ref=W_ref)
         self.deletion_batches += 1
         return out
 

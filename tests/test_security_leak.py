@@ -1,0 +1,92 @@
+"""What the server learns from a client's removal message (docs/security.md), measured.
+
+A removal message (:class:`simulator.head.data.DeletionStatistics`) carries the removed rows'
+gradient and, in factored form, their Hessian contribution. The tests reconstruct a removed
+sample's head features from one message, show that dense per-class sums over several rows
+still give the rows away when there are two or more classes, and check the mitigation: with a
+minimum removal batch the rows leave in an order that does not say which id they belong to.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from kafka_support import SMALL, scenario
+from scipy.linalg import eigh
+
+from simulator.federation import FederatedClient
+from simulator.head.data import DeletionStatistics
+from simulator.runner.setup import Federation, build_federation
+
+
+@pytest.fixture(scope="module")
+def built() -> Federation:
+    return build_federation(scenario(SMALL))
+
+
+def removal_message(fed: Federation, client: int, ids: list[int]) -> DeletionStatistics:
+    """What ``client`` sends the server to remove ``ids`` (on a copy of the federation)."""
+    fed = copy.deepcopy(fed)
+    c = fed.clients[client]
+    assert isinstance(c, FederatedClient)
+    return c.delete(ids, W=fed.head.W, W_ref=fed.head.W)
+
+
+def features_of(fed: Federation, client: int, sample_id: int) -> np.ndarray:
+    c = fed.clients[client]
+    assert isinstance(c, FederatedClient)
+    return np.asarray(c.data.features[c._local[sample_id]])
+
+
+def test_one_removal_message_gives_the_removed_sample_away(built: Federation) -> None:
+    client, sample = 2, int(built.clients[2].retained_ids[5])
+    x = features_of(built, client, sample)
+    msg = removal_message(built, client, [sample])
+    # 1. the factored Hessian carries the row itself: exact reconstruction
+    assert np.array_equal(msg.removed_rows[0], x)
+    # 2. the gradient alone: each class column is a multiple of the row
+    g = msg.removed_gradient
+    column = g[:, int(np.argmax(np.linalg.norm(g, axis=0)))]
+    cosine = abs(column @ x) / (np.linalg.norm(column) * np.linalg.norm(x))
+    assert cosine > 1 - 1e-12
+    # 3. so does the dense Hessian downdate of any class (rank one)
+    H = (msg.removed_rows * msg.removed_curvature[:, [0]]).T @ msg.removed_rows
+    top = np.linalg.eigh(H)[1][:, -1]
+    assert abs(top @ x) / np.linalg.norm(x) > 1 - 1e-9
+
+
+def test_dense_sums_over_a_batch_still_give_the_rows_away(built: Federation) -> None:
+    """Sending only per-class sums sum_j c_jk x_j x_j^T is no protection with >= 2 classes:
+    the per-class matrices share the rows with different weights, and a generalized eigen
+    decomposition separates them."""
+    client = 1
+    ids = [int(i) for i in built.clients[client].retained_ids[:8]]
+    X = np.stack([features_of(built, client, i) for i in ids])
+    msg = removal_message(built, client, ids)
+    rows, curv = msg.removed_rows, msg.removed_curvature
+    assert curv.shape[1] >= 2
+    H = [(rows * curv[:, [k]]).T @ rows for k in range(2)]  # what a sum-only message carries
+    values, vectors = np.linalg.eigh(H[0] + H[1])
+    U = vectors[:, values > 1e-12 * values.max()]  # the span of the removed rows
+    A, B = U.T @ H[0] @ U, U.T @ H[1] @ U
+    _, V = eigh(A, B)
+    recovered = U @ np.linalg.inv(V).T  # one column per row, up to scale
+    recovered /= np.linalg.norm(recovered, axis=0)
+    best = np.abs(X @ recovered).max(axis=1) / np.linalg.norm(X, axis=1)
+    assert best.min() > 0.99, best
+
+
+def test_with_a_minimum_batch_the_message_does_not_say_which_row_is_whose(
+    built: Federation,
+) -> None:
+    client = 3
+    ids = [int(i) for i in built.clients[client].retained_ids[10:14]]
+    forward = removal_message(built, client, ids)
+    backward = removal_message(built, client, ids[::-1])
+    for name in ("removed_gradient", "removed_rows", "removed_curvature"):
+        assert np.array_equal(getattr(forward, name), getattr(backward, name)), name
+    X = np.stack([features_of(built, client, i) for i in ids])
+    order = np.lexsort(X.T[::-1])
+    assert np.array_equal(forward.removed_rows, X[order])  # value order, not the order asked
