@@ -58,6 +58,26 @@ def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | Non
     return False
 
 
+def wait_for_url(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """Block until ``url`` answers HTTP 200 (a readiness endpoint); ``False`` if ``proc``
+    exited first or the time ran out."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a running (not zombie) process."""
     try:

@@ -151,6 +151,13 @@ def test_native_plan_binds_loopback_only(tmp_path: Path) -> None:
     server = next(p for p in plan.processes if p.name == "server")
     assert server.argv[2] == "scenarios/federation_tiny.yaml" and server.oneshot
     assert "grafana" in plan.skipped
+    # the server is ready when the ServerApp's consumer is: /readyz on the SuperLink's metrics
+    metrics = plan.ports[("superlink", 9464)]
+    assert server.ready_url == f"http://127.0.0.1:{metrics}/readyz"
+    assert server.ready_timeout == 600 + 12 * 5
+    producer = next(p for p in plan.processes if p.name == "producer")
+    order = [p.name for p in plan.processes]
+    assert order.index("server") < order.index("producer") and producer.ready_url is None
 
 
 @pytest.mark.parametrize("bad", ["services: 3", "services: {a: {command: run}}"])

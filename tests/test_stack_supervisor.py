@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,37 @@ def test_a_service_that_never_listens_fails_up_with_its_log(tmp_path: Path) -> N
     with pytest.raises(StackError, match="boom"):
         up(bad, tmp_path, startup_timeout=10)
     down(tmp_path)
+
+
+def test_a_readiness_url_holds_back_the_next_service_until_it_answers_200(
+    tmp_path: Path,
+) -> None:
+    """``/readyz`` is a file the test creates after a while; ``up`` waits for it."""
+    port = free_port()
+    web = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+    url = f"http://127.0.0.1:{port}/readyz"
+    later = Process("after", [sys.executable, "-c", "import time; time.sleep(60)"], {}, tmp_path)
+    ready = NativePlan(
+        [Process("web", web, {}, tmp_path, {}, ready_url=url, ready_timeout=30), later],
+        skipped={},
+        ports={},
+    )
+    threading.Timer(1.5, lambda: (tmp_path / "readyz").write_text("ok")).start()
+    started = time.monotonic()
+    try:
+        state = up(ready, tmp_path)
+        assert time.monotonic() - started >= 1.4  # not before /readyz answered
+        assert set(state["services"]) == {"web", "after"}
+    finally:
+        down(tmp_path, grace=5)
+    never = NativePlan(
+        [Process("web", web, {}, tmp_path, {}, ready_url=url + "-never", ready_timeout=2)],
+        skipped={},
+        ports={},
+    )
+    try:
+        with pytest.raises(StackError, match=r"did not answer 200\) within 2 s"):
+            up(never, tmp_path)
+    finally:
+        down(tmp_path, grace=5)
+

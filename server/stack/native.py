@@ -44,7 +44,10 @@ class Process:
     """A service to start: argv, environment, working directory, and readiness.
 
     ``ready_port``: the port that must accept connections before dependants start (a service
-    with a compose healthcheck); ``ports``: container port -> local port.
+    with a compose healthcheck); ``ready_url``: instead, an HTTP URL that must answer 200 (a
+    healthcheck that fetches one, e.g. the consumer's ``/readyz``), within ``ready_timeout``
+    seconds (the healthcheck's ``start_period + retries * interval``); ``ports``: container
+    port -> local port.
     """
 
     name: str
@@ -54,6 +57,8 @@ class Process:
     ports: dict[int, int] = field(default_factory=dict)
     ready_port: int | None = None
     oneshot: bool = False
+    ready_url: str | None = None
+    ready_timeout: float | None = None
 
 
 @dataclass
@@ -126,6 +131,7 @@ def native_plan(
         service = compose.services[name]
         own = {p: ports[(name, p)] for p in service.expose}
         ready = own[service.expose[0]] if service.healthcheck and service.expose else None
+        url = health_url(service.raw.get("healthcheck"))
         if name == KAFKA:
             processes.append(_kafka(service, folder, own, ready))
         elif name == PROMETHEUS:
@@ -142,9 +148,45 @@ def native_plan(
             argv[0] = executable(argv[0])
             env = _base_env(folder / "flower-home" / name)
             env.update({k: rewrite(name, v) for k, v in service.environment.items()})
-            oneshot = not service.healthcheck and argv[1:2] in (["run"], ["produce"])
-            processes.append(Process(name, argv, env, ROOT, own, ready, oneshot))
+            oneshot = argv[1:2] in (["run"], ["produce"])
+            if url is not None:  # readiness over HTTP: the port alone says too little
+                processes.append(
+                    Process(
+                        name, argv, env, ROOT, own, None, oneshot,
+                        ready_url=rewrite(name, url),
+                        ready_timeout=health_budget(service.raw["healthcheck"]),
+                    )
+                )  # fmt: skip
+            else:
+                processes.append(Process(name, argv, env, ROOT, own, ready, oneshot))
     return NativePlan(processes, skipped, ports)
+
+
+_URL = re.compile(r"https?://[\w.-]+:\d+/[\w/.-]*")
+_DURATION = re.compile(r"^(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def health_url(healthcheck: object) -> str | None:
+    """The HTTP URL a compose healthcheck fetches, if it fetches one."""
+    if not isinstance(healthcheck, dict):
+        return None
+    match = _URL.search(" ".join(str(t) for t in healthcheck.get("test") or []))
+    return match.group(0) if match else None
+
+
+def health_budget(healthcheck: dict[str, object]) -> float:
+    """Seconds compose waits before calling a service unhealthy: start period + retries x
+    interval (compose's defaults: 0 s, 3 retries, 30 s)."""
+
+    def seconds(key: str, default: float) -> float:
+        match = _DURATION.match(str(healthcheck.get(key, "")))
+        if not match or not any(match.groups()):
+            return default
+        return 60.0 * int(match.group(1) or 0) + int(match.group(2) or 0)
+
+    retries = healthcheck.get("retries", 3)
+    count = int(retries) if isinstance(retries, int | str) else 3
+    return seconds("start_period", 0.0) + count * seconds("interval", 30.0)
 
 
 def _our_command(service: Service, scenario: str | None, overrides: list[str]) -> list[str]:

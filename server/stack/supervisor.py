@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from server.processes import alive, cmdline, stop_trees, wait_for_port
+from server.processes import alive, cmdline, stop_trees, wait_for_port, wait_for_url
 from server.stack.native import VOLUMES, NativePlan, Process
 from simulator.errors import UnlearnSimError
 
@@ -75,6 +75,13 @@ def up(plan: NativePlan, folder: Path, *, startup_timeout: float = 60.0) -> dict
             raise StackError(
                 f"{proc.name} did not listen on 127.0.0.1:{proc.ready_port} within "
                 f"{startup_timeout:g} s (exit code {popen.poll()}); its log:\n{tail}"
+            )
+        budget = proc.ready_timeout or startup_timeout
+        if proc.ready_url is not None and not wait_for_url(proc.ready_url, budget, popen):
+            tail = log.read_text(errors="replace")[-1500:]
+            raise StackError(
+                f"{proc.name} was not ready ({proc.ready_url} did not answer 200) within "
+                f"{budget:g} s (exit code {popen.poll()}); its log:\n{tail}"
             )
     return state
 
