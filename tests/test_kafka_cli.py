@@ -12,6 +12,7 @@ from kafka_support import QUICKSTART, SMALL, broker, read_topic, scenario
 from server.cli import main
 from server.kafka.broker import LocalBroker, free_port, port_open
 from server.kafka.producer import scenario_requests
+from server.kafka.signing import verify
 from simulator.stream import DeletionRequest
 
 __all__ = ["broker"]
@@ -59,3 +60,13 @@ def test_produce_replays_the_scenario_stream(broker: LocalBroker) -> None:
 
 def test_kafka_run_needs_a_bootstrap_server() -> None:
     assert main(["run", str(QUICKSTART), "--stream", "kafka"]) == 2
+
+
+def test_produce_signs_with_a_key_from_a_file(broker: LocalBroker, tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(b"s" * 24 + b"\n")
+    base = ["produce", str(QUICKSTART), *sets(SMALL), "--bootstrap", broker.bootstrap]
+    assert main([*base, "--as-fast-as-possible", "--limit", "3", "--requests-topic", "signed",
+                 "--signing-key-file", str(key)]) == 0  # fmt: skip
+    for m in read_topic(broker.bootstrap, "signed"):
+        assert verify(m.value, list(m.headers), b"s" * 24) is None

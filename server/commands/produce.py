@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from server.commands.run import add_overrides
-from server.kafka.options import add_topic_options, topics_from
+from server.kafka.options import add_signing_options, add_topic_options, topics_from
 from simulator.errors import ConfigError
 
 
@@ -31,11 +31,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--partitions", type=int, default=1, help="partitions of a new requests topic (default 1)"
     )
+    add_signing_options(p, "sign every request with the key")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
     from server.kafka.producer import replay_requests, scenario_requests, send_times
+    from server.kafka.signing import load_key
     from simulator.scenario import load_scenario
 
     if not args.bootstrap:
@@ -46,9 +50,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if not args.as_fast_as_possible:
         schedule = send_times(requests, rate=args.rate, realtime=args.rate is None)
     topics = topics_from(args)
+    key = load_key(
+        env_var=args.signing_key_env,
+        path=Path(args.signing_key_file) if args.signing_key_file else None,
+    )
     console.print(
         f"sending {len(requests)} requests of [bold]{scenario.name}[/] to {topics.requests} "
-        f"at {args.bootstrap}"
+        f"at {args.bootstrap}" + (" (signed)" if key else "")
     )
     report = replay_requests(
         requests,
@@ -57,6 +65,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         schedule=schedule,
         request_partitions=args.partitions,
         on_sent=lambda n: console.print(f"  {n} sent"),
+        signing_key=key,
     )
     console.print(f"sent {report.sent} requests in {report.seconds:.2f} s ({report.rate:.0f}/s)")
     return 0
