@@ -56,9 +56,7 @@ def test_only_the_owner_can_delete_and_a_forgery_does_not_block_the_owner(
     withdrawal = DeletionRequest(
         request_id="leave-3", subject=intruder, client_id=3, requested_at=NOW
     )
-    own = DeletionRequest(
-        request_id="self-3", subject="client-3", client_id=3, requested_at=NOW
-    )
+    own = DeletionRequest(request_id="self-3", subject="client-3", client_id=3, requested_at=NOW)
     topics = Topics("own-req", "own-rec", "own-dlq")
     replay_requests([forged, withdrawal, genuine, own], bootstrap=broker.bootstrap, topics=topics)
     summary = DeletionConsumer(fed, config(broker.bootstrap, tmp_path, topics=topics)).run()

@@ -57,7 +57,10 @@ def hostile_corpus(fed: Federation) -> list[tuple[str, bytes]]:
         ("poison pill: 3,000 nested arrays", POISON_PILL),
         ("nesting 100,000 deep", b"[" * 100_000),
         ("nested objects in a field", variant(subject={"a": {"b": {"c": [[[[[[[[1]]]]]]]]}}})),
-        ("huge integer id", text.replace('"sample_ids": [', '"sample_ids": [' + "9" * 5000 + ", ").encode()),
+        (
+            "huge integer id",
+            text.replace('"sample_ids": [', '"sample_ids": [' + "9" * 5000 + ", ").encode(),
+        ),
         ("integer id over 2**62", variant(sample_ids=[2**70])),
         ("huge exponent", variant(tick=0).replace(b'"tick": 0', b'"tick": 1e999')),
         ("NaN id", text.replace('"sample_ids": [', '"sample_ids": [NaN, ').encode()),
@@ -67,7 +70,10 @@ def hostile_corpus(fed: Federation) -> list[tuple[str, bytes]]:
         ("string just under the size limit", variant(request_id="y" * (mib - 400))),
         ("1 MiB of spaces", b" " * (mib - 1)),
         ("invalid UTF-8", b'{"request_id": "\xff\xfe", "subject": "s"}'),
-        ("invalid UTF-8 inside a valid request", variant(subject="S").replace(b'"S"', b'"\xc3\x28"')),
+        (
+            "invalid UTF-8 inside a valid request",
+            variant(subject="S").replace(b'"S"', b'"\xc3\x28"'),
+        ),
         ("lone surrogate escape", variant(subject="\ud800")),
         ("duplicate keys", text.replace("{", '{"request_id": "dup-a", ', 1).encode()),
         ("duplicate sample_ids key", text.replace("}", ', "sample_ids": [1]}').encode()),

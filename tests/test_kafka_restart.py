@@ -9,6 +9,7 @@ have for the same micro-batches. A scenario whose data changed refuses to resume
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import pickle
 import subprocess
@@ -98,7 +99,7 @@ def test_a_restart_reloads_the_federation_and_resumes_where_it_stopped(
         assert store.load() is not None
     cuts = [0, 16, 32, 40, *range(56, len(requests), BATCH), len(requests)]
     ledger, now = Ledger(), datetime.now(UTC)
-    for a, b in zip(cuts, cuts[1:], strict=False):
+    for a, b in itertools.pairwise(cuts):
         apply_requests(reference, ledger, requests[a:b], now=now)
     np.testing.assert_array_equal(fed.head.W, reference.head.W)
 

@@ -50,7 +50,10 @@ def test_rule_unit_tests_pass() -> None:
             'increase(unlearn_retrains_total{reason="budget"}[30m])) >= 3',
             'increase(unlearn_retrains_total{reason="budget"}[30m])) >= 1',
         ),
-        ("and on() unlearn_cr_budget_used_ratio > 0.5", "and on() unlearn_cr_budget_used_ratio > 0.2"),
+        (
+            "and on() unlearn_cr_budget_used_ratio > 0.5",
+            "and on() unlearn_cr_budget_used_ratio > 0.2",
+        ),
         (
             "sum(rate(unlearn_stream_unauthorised_requests_total[5m])) > 1",
             "sum(rate(unlearn_stream_unauthorised_requests_total[5m])) > 0.1",

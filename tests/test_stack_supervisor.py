@@ -118,4 +118,3 @@ def test_a_readiness_url_holds_back_the_next_service_until_it_answers_200(
             up(never, tmp_path)
     finally:
         down(tmp_path, grace=5)
-

@@ -34,7 +34,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
 from server.health import process_age
-from server.kafka.apply import BatchResult, apply_requests
+from server.kafka.apply import apply_requests
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchPolicy, lag, next_batch
 from server.kafka.checkpoint import CheckpointStore, StreamState

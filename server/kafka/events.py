@@ -2,9 +2,10 @@
 
 Batch events use the in-process runner's keys where they overlap (``requests``, ``rejected``,
 ``samples``, ``removed_total``, the residuals, ``certificate``, ``timings``...), so the Prometheus
-exporter reads both; Kafka adds ``records``, ``duplicates``, ``dead_letters`` (per kind), ``unauthorised`` (per
-reason: bad_signature, not_owner, rate_limited), ``held`` (requests waiting for a larger removal),
-``committed``, ``lag_requests`` and ``latency_seconds`` (request to receipt, per request).
+exporter reads both; Kafka adds ``records``, ``duplicates``, ``dead_letters`` (per kind),
+``unauthorised`` (per reason: bad_signature, not_owner, rate_limited), ``held`` (requests waiting
+for a larger removal), ``committed``, ``lag_requests`` and ``latency_seconds`` (request to
+receipt, per request).
 """
 
 from __future__ import annotations

@@ -41,7 +41,9 @@ class OffsetGapError(CheckpointError):
     """The requests log no longer holds what the checkpoint expects (the message says what)."""
 
 
-def fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None) -> Fingerprint:
+def fingerprint(
+    offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None
+) -> Fingerprint:
     """The identity of one record: where, when, and a digest of its bytes."""
     h = hashlib.blake2b(digest_size=12)
     for part in (key, value):
@@ -161,9 +163,7 @@ def probe(
                 if p not in latest and high is not None and high <= start[p]:
                     latest[p] = high
                     consumer.pause(tp)
-        return {
-            p: Probe(p, earliest[tp], latest[p], before.get(p)) for p, tp in parts.items()
-        }
+        return {p: Probe(p, earliest[tp], latest[p], before.get(p)) for p, tp in parts.items()}
     except KafkaError as exc:
         raise BrokerUnavailableError(f"probing {topic} at {bootstrap} failed: {exc}") from exc
     finally:

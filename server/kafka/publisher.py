@@ -205,4 +205,3 @@ def producer_settings(bootstrap: str) -> dict[str, Any]:
         "bootstrap_timeout_ms": 5000,
         **client_options(),
     }
-

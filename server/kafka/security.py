@@ -58,7 +58,9 @@ def client_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     protocol = (get("SECURITY_PROTOCOL") or "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"should be one of {', '.join(PROTOCOLS)}, got {protocol}", PREFIX + "SECURITY_PROTOCOL")
+        raise ConfigError(
+            f"should be one of {', '.join(PROTOCOLS)}, got {protocol}", PREFIX + "SECURITY_PROTOCOL"
+        )
     if protocol != "PLAINTEXT":
         out["security_protocol"] = protocol
     for name, option in _FILES.items():
@@ -74,7 +76,10 @@ def client_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     if mechanism is not None:
         mechanism = mechanism.upper()
         if mechanism not in MECHANISMS:
-            raise ConfigError(f"should be one of {', '.join(MECHANISMS)}, got {mechanism}", PREFIX + "SASL_MECHANISM")
+            raise ConfigError(
+                f"should be one of {', '.join(MECHANISMS)}, got {mechanism}",
+                PREFIX + "SASL_MECHANISM",
+            )
         if not protocol.startswith("SASL_"):
             raise ConfigError(
                 f"SASL needs SECURITY_PROTOCOL SASL_SSL or SASL_PLAINTEXT, got {protocol}",
@@ -95,7 +100,9 @@ def _password(path: str | None, value: str | None) -> str | None:
         try:
             return Path(path).read_text().rstrip("\r\n")
         except OSError as exc:
-            raise ConfigError(f"cannot read the password: {exc}", PREFIX + "SASL_PASSWORD_FILE") from exc
+            raise ConfigError(
+                f"cannot read the password: {exc}", PREFIX + "SASL_PASSWORD_FILE"
+            ) from exc
     return value
 
 

@@ -4,9 +4,10 @@
 stopped (SIGTERM/SIGINT finish the current batch first), evaluates the final head, writes
 ``kafka_summary.json`` (totals over every session on the state folder, and this session's own
 counts and times under ``session``) and prints a summary table. A ready file (default
-``STATE_DIR/ready``) exists while the consumer is ready (:class:`server.health.Health`). ``unlearnsim run --stream kafka`` calls it
-with an in-process federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it with a
-federation whose clients are SuperNodes (:mod:`server.server_app`).
+``STATE_DIR/ready``) exists while the consumer is ready (:class:`server.health.Health`).
+``unlearnsim run --stream kafka`` calls it with an in-process federation
+(:mod:`server.kafka.cli`); the Flower ServerApp calls it with a federation whose clients are
+SuperNodes (:mod:`server.server_app`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def consume(
     from simulator.runner.loop import evaluate
 
     health = Health(ready_file=ready or config.state_dir / "ready")
-    hooks = [*on_event, health, _announce(console, config)]
+    hooks: list[EventHook] = [*on_event, health, _announce(console, config)]
     consumer = DeletionConsumer(fed, config, on_event=hooks)
     try:
         with _stop_on_signals(consumer):

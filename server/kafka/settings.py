@@ -12,7 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
 #: What to do when the requests log no longer holds what the checkpoint expects.
 OFFSET_GAP_POLICIES = ("fail", "replay", "skip")
 #: Default per-subject rate limit: requests accepted per window of seconds.

@@ -47,7 +47,10 @@ def verify(value: bytes, headers: Sequence[tuple[str, bytes]], key: bytes) -> st
 
 
 def load_key(
-    *, env_var: str | None = None, path: Path | None = None, environ: Mapping[str, str] | None = None
+    *,
+    env_var: str | None = None,
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> bytes | None:
     """The signing key from ``path``, else ``env_var``, else ``$UNLEARNSIM_SIGNING_KEY``.
 

@@ -75,8 +75,13 @@ METRICS: tuple[MetricDef, ...] = (
         "Times the requests log did not hold what the checkpoint expected, by action taken.",
         "action",
     ),
-    _c("stream_skipped_records_total", "Request records skipped past an offset gap (--on-offset-gap skip)."),
-    _g("stream_held_requests", "Accepted requests held for a larger removal (--min-removal-batch)."),
+    _c(
+        "stream_skipped_records_total",
+        "Request records skipped past an offset gap (--on-offset-gap skip).",
+    ),
+    _g(
+        "stream_held_requests", "Accepted requests held for a larger removal (--min-removal-batch)."
+    ),
     _g("stream_ready", "1 while the consumer is ready (as /readyz), else 0."),
     _g("stream_startup_seconds", "Seconds from process start to ready, last start."),
     _h("federation_round_duration_seconds", "Wall time of one federated statistics round."),

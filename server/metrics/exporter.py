@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable
-from typing import Any
-
 from socketserver import ThreadingMixIn
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app

@@ -137,7 +137,9 @@ class InProcessTransport:
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
         if self._round is None:
             pools = [(self._dataset.x_train[s], self._dataset.y_train[s]) for s in self._shards]
-            self._round = in_process_round(self._scenario, self._dataset, pools, device=self._device)
+            self._round = in_process_round(
+                self._scenario, self._dataset, pools, device=self._device
+            )
         return self._round(round_index, global_arrays)
 
     def open_clients(
