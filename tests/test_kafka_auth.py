@@ -114,6 +114,7 @@ def test_signing_keys_come_from_the_environment_or_a_file(tmp_path: Path) -> Non
     path = tmp_path / "key"
     path.write_bytes(KEY + b"\n")
     assert load_key(path=path, environ={}) == KEY
+    assert load_key(environ={"UNLEARNSIM_SIGNING_KEY_FILE": str(path)}) == KEY
     with pytest.raises(ConfigError, match="not set"):
         load_key(env_var="MISSING", environ={})
     with pytest.raises(ConfigError, match="at least 16 bytes"):

@@ -5,8 +5,9 @@ record value and sends it as the header ``unlearnsim-signature: hmac-sha256=<hex
 configured, the consumer answers a request without a valid signature ``rejected`` with the
 reason ``bad_signature: ...`` (and nothing changes). The key is a shared secret of the
 producers allowed to ask for deletions and the consumer: it comes from an environment variable
-(default ``UNLEARNSIM_SIGNING_KEY``) or a file, never from the repository or the command line
-(which other users can read in the process list).
+(default ``UNLEARNSIM_SIGNING_KEY``) or a file (``--signing-key-file``, or the path in
+``UNLEARNSIM_SIGNING_KEY_FILE``: a Docker secret), never from the repository or the command
+line (which other users can read in the process list).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def load_key(
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> bytes | None:
-    """The signing key from ``path``, else ``env_var``, else ``$UNLEARNSIM_SIGNING_KEY``.
+    """The signing key from ``path``, else ``env_var``, else the file named by
+    ``$UNLEARNSIM_SIGNING_KEY_FILE``, else ``$UNLEARNSIM_SIGNING_KEY``.
 
     Returns None when no source is configured (requests are not signed). A file's trailing
     newline is not part of the key.
@@ -63,6 +65,8 @@ def load_key(
         A named source is missing or empty, or the key is shorter than ``MIN_KEY_BYTES``.
     """
     env = os.environ if environ is None else environ
+    if path is None and env_var is None and env.get(DEFAULT_ENV + "_FILE"):
+        path = Path(env[DEFAULT_ENV + "_FILE"])
     if path is not None:
         try:
             key = path.read_bytes().rstrip(b"\r\n")
