@@ -12,10 +12,16 @@ offset commit, idempotent publish). Two measurements per size:
   producers on this machine's clock); achieved rate = requests / (last receipt - first request),
   which includes the last batch's latency and so reads low on a short stream;
 * drain: the same requests produced first, then consumed as a backlog; capacity =
-  requests / (last receipt - consumer ready).
+  requests / (last receipt - consumer ready);
+* restart (the main size only): the backlog again; the consumer is SIGKILLed after
+  ``--kill-after`` batches and started again on the same state folder. Restart to ready =
+  from starting the second process to its ready file (``STATE_DIR/ready``; the federation is
+  reloaded, not rebuilt), with the first start's time to ready (a full build) beside it;
+  crashed capacity = requests / (last receipt - first consumer ready), the whole crashed run.
 
 Writes ``bench/results/stream.json``: ``requests_per_second`` (drain capacity of the main run,
 the first ``--n-train``), ``latency_p50_seconds`` / ``latency_p99_seconds`` (its paced run),
+``restart_to_ready_seconds`` (its restart run),
 ``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 2 s at >= 1,000/s offered),
 the settings and every run's details. The quickstart as shipped has 3,000 training rows, so its
 stream of single-sample deletions is ~2,000 requests (~2 s at 1,000/s); the 20,000-row run
@@ -30,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,6 +92,69 @@ def start_consumer(
         if line.startswith("consuming "):
             return proc, time.time()
     raise RuntimeError(f"consumer exited before consuming (code {proc.wait()})")
+
+
+def wait_ready(proc: subprocess.Popen[str], ready: Path, started: float) -> float:
+    """Seconds from ``started`` until ``ready`` exists (the consumer's ready file)."""
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"consumer exited before it was ready (code {proc.returncode})")
+        time.sleep(0.005)
+    return time.monotonic() - started
+
+
+def batches_done(folder: Path) -> int:
+    path = folder / "kafka_events.jsonl"
+    if not path.exists():
+        return 0
+    return sum('"deletion_batch"' in line for line in path.read_text().splitlines())
+
+
+def restart_run(
+    broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """The backlog consumed by a consumer SIGKILLed after a few batches and started again."""
+    sets = overrides(n_train, args.requests)
+    requests = scenario_requests(load_scenario(QUICKSTART, overrides=sets))
+    topics = Topics(f"restart-{n_train}-req", f"restart-{n_train}-rec", f"restart-{n_train}-dlq")
+    folder = work / f"restart-{n_train}"
+    ready = folder / "kafka-state" / "ready"
+    replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
+    started = time.monotonic()
+    first, _ = start_consumer(broker.bootstrap, sets, folder, topics, args)
+    first_ready_wall = time.time()
+    first_ready = wait_ready(first, ready, started)
+    while batches_done(folder) < args.kill_after:
+        if first.poll() is not None:
+            raise RuntimeError("the consumer finished before it could be killed")
+        time.sleep(0.01)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_after = batches_done(folder)
+    ready.unlink(missing_ok=True)  # a SIGKILLed process cannot remove it
+    started = time.monotonic()
+    second, _ = start_consumer(broker.bootstrap, sets, folder, topics, args)
+    restart_ready = wait_ready(second, ready, started)
+    got = receipts(broker.bootstrap, topics.receipts, len(requests))
+    finish(second)
+    done = np.array([g[1] for g in got]) / 1000.0
+    events = [json.loads(x) for x in (folder / "kafka_events.jsonl").read_text().splitlines()]
+    starts = [e for e in events if e["event"] == "consumer_start"]
+    summary = json.loads((folder / "kafka_summary.json").read_text())
+    return {
+        "mode": "restart",
+        "n_train": n_train,
+        "requests": len(requests),
+        "receipts": len(got),
+        "records_in_checkpoint": summary["records"],
+        "sessions": summary["sessions"],
+        "killed_after_batches": killed_after,
+        "first_start_to_ready_seconds": first_ready,
+        "restart_to_ready_seconds": restart_ready,
+        "restart_process_to_ready_seconds": starts[-1].get("process_seconds"),
+        "restart_consumer_startup_seconds": starts[-1].get("startup_seconds"),
+        "crashed_requests_per_second": len(got) / float(done.max() - first_ready_wall),
+    }
 
 
 def finish(proc: subprocess.Popen[str]) -> None:
@@ -192,6 +262,7 @@ def main() -> None:
     p.add_argument("--max-wait", type=float, default=0.05)
     p.add_argument("--idle", type=float, default=4.0)
     p.add_argument("--blas-threads", type=int, default=1)
+    p.add_argument("--kill-after", type=int, default=1, help="restart run: SIGKILL after N batches")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream.json")
     args = p.parse_args()
     console = Console()
@@ -205,7 +276,10 @@ def main() -> None:
             for mode in ("paced", "drain"):
                 console.print(f"[bold]{mode}[/] n_train={n_train}, ~{a.requests} requests")
                 runs.append(one_run(mode, broker, n_train, a, Path(tmp)))
-    for paced, drain in zip(runs[::2], runs[1::2], strict=True):
+            if n_train == args.n_train[0]:
+                console.print(f"[bold]restart[/] n_train={n_train}")
+                restart = restart_run(broker, n_train, a, Path(tmp))
+    for paced, drain in zip(runs[::2], runs[1::2], strict=True):  # restart kept aside
         paced["meets_targets"] = drain["meets_targets"] = meets(drain, paced)
     main_paced, main_drain = runs[0], runs[1]
     result = {
@@ -213,6 +287,9 @@ def main() -> None:
         "latency_p50_seconds": main_paced["latency_p50_seconds"],
         "latency_p99_seconds": main_paced["latency_p99_seconds"],
         "requests": main_paced["requests"],
+        "restart_to_ready_seconds": restart["restart_to_ready_seconds"],
+        "first_start_to_ready_seconds": restart["first_start_to_ready_seconds"],
+        "crashed_requests_per_second": restart["crashed_requests_per_second"],
         "paced_rate": args.rate,
         "paced_requests_per_second": main_paced["requests_per_second"],
         "targets": {"requests_per_second": TARGET_RPS, "latency_p99_seconds": TARGET_P99},
@@ -221,6 +298,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_average_at_end": os.getloadavg()},
         "runs": runs,
+        "restart": restart,
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -234,6 +312,12 @@ def main() -> None:
             str(r["batches"]), str(r["retrains"]),
         )  # fmt: skip
     console.print(table)
+    console.print(
+        f"restart (n_train={restart['n_train']}, killed after {restart['killed_after_batches']} "
+        f"batches): first start to ready {restart['first_start_to_ready_seconds']:.2f} s, "
+        f"restart to ready {restart['restart_to_ready_seconds']:.2f} s, crashed run "
+        f"{restart['crashed_requests_per_second']:.0f} requests/s"
+    )
     console.print(f"wrote {args.out}")
 
 
