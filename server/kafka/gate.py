@@ -22,12 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from server.kafka.records import Incoming
 from server.kafka.settings import RATE_LIMIT, RATE_WINDOW
 from server.kafka.signing import verify
-from simulator.runner.evaluation import original_labels
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
 from simulator.stream.subjects import SubjectRegistry, subject_registry
@@ -64,10 +61,10 @@ class GatePolicy:
 
 def registry_of(fed: Federation) -> SubjectRegistry:
     """The ownership registry of a federation: the one its generated stream was drawn with."""
-    ds = fed.dataset
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
     return subject_registry(
-        fed.client_indices, labels, rows_per_subject=fed.scenario.stream.rows_per_subject
+        fed.client_indices,
+        int(fed.dataset.y_train.shape[0]),
+        rows_per_subject=fed.scenario.stream.rows_per_subject,
     )
 
 

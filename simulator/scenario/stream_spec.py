@@ -84,10 +84,10 @@ class StreamSpec(Section):
         default=100, ge=1, description="Most requests applied as one deletion batch."
     )
     rows_per_subject: int = Field(
-        default=8,
+        default=16,
         ge=1,
-        description="Rows of one data subject (a client's rows sorted by label, then id, cut "
-        "into groups); a request deletes rows of one subject.",
+        description="Rows of one data subject (a client's rows in id order, cut into groups); "
+        "a request deletes rows of one subject.",
     )
     phases: list[Phase] = Field(min_length=1, description="Phases, in order.")
     withdrawals: list[Withdrawal] = Field(default=[], description="Client withdrawals.")

@@ -7,15 +7,17 @@ Ticks run phase after phase. In every tick of a phase:
 2. ``Poisson(rate)`` requests arrive, plus ``burst.size`` more when
    ``tick_in_phase % burst.every == 0``;
 3. each request comes from one data subject (:mod:`simulator.stream.subjects`):
-   the tick's subjects are drawn uniformly without replacement among those that
-   still hold at least ``samples_per_request`` retained samples matching the
-   phase target (random: every remaining client; class: ``labels == class_id``;
-   client: that client's shard), and each names ``samples_per_request`` of them,
-   drawn without replacement. The request's ``subject`` owns every id it names.
+   a first sample is drawn uniformly among the still-retained samples that match
+   the phase target (random: every remaining client; class: ``labels ==
+   class_id``; client: that client's shard) and whose subject still holds at
+   least ``samples_per_request`` of them; the request names it and
+   ``samples_per_request - 1`` more of its subject's matching samples, drawn
+   without replacement. The request's ``subject`` owns every id it names. (With
+   one sample per request this is the uniform draw over matching samples.)
 
 A sample id is named at most once across the stream, and never after its
-client withdrew. When fewer subjects qualify than the tick asks for, the tick
-emits one request per qualifying subject (a request never names fewer than
+client withdrew. When no subject holds enough matching samples any more, the
+tick emits no further request (a request never names fewer than
 ``samples_per_request`` ids); the rest of the pool stays.
 Everything is drawn from ``rng``: the same seed gives the same stream.
 """
@@ -124,7 +126,7 @@ def generate_stream(
     _check_clients(stream, pool.num_clients)
     if subjects is None:
         subjects = subject_registry(
-            client_indices, pool.labels, rows_per_subject=stream.rows_per_subject
+            client_indices, pool.labels.shape[0], rows_per_subject=stream.rows_per_subject
         )
     withdrawals: dict[int, list[int]] = {}
     for withdrawal in stream.withdrawals:
@@ -174,19 +176,24 @@ def _draw(
     rng: np.random.Generator,
 ) -> list[NDArray[np.int64]]:
     """Up to ``count`` requests of ``size`` ids each, one subject per request (step 3)."""
+    out: list[NDArray[np.int64]] = []
     if not count or not candidates.size:
-        return []
+        return out
     owners = subject_of[candidates]
-    order = np.argsort(owners, kind="stable")
-    subjects, starts, counts = np.unique(owners[order], return_index=True, return_counts=True)
-    eligible = np.flatnonzero((counts >= size) & (subjects >= 0))
-    if not eligible.size:
-        return []
-    picked = rng.choice(eligible, size=min(count, eligible.size), replace=False)
-    out = []
-    for s in picked:
-        rows = candidates[order[starts[s] : starts[s] + counts[s]]]
-        out.append(rng.choice(rows, size=size, replace=False).astype(np.int64))
+    left = np.bincount(owners[owners >= 0], minlength=int(owners.max(initial=0)) + 1)
+    free = owners >= 0
+    for _ in range(count):
+        eligible = np.flatnonzero(free & (left[np.maximum(owners, 0)] >= size))
+        if not eligible.size:
+            break
+        first = int(rng.choice(eligible))
+        subject = owners[first]
+        others = np.flatnonzero(free & (owners == subject))
+        others = others[others != first]
+        chosen = np.concatenate([[first], rng.choice(others, size=size - 1, replace=False)])
+        free[chosen] = False
+        left[subject] -= size
+        out.append(candidates[chosen].astype(np.int64))
     return out
 
 

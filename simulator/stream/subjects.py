@@ -1,12 +1,10 @@
 """Who owns which rows: the ownership registry behind authorised deletions.
 
 Every training row of a client belongs to one data subject. The registry is derived from the
-scenario's data alone (no randomness): each client's rows, sorted by label and then by global id,
-are cut into consecutive groups of ``rows_per_subject``; group ``k`` of client ``c`` is the
-subject ``subject-<c>-<k>`` (the last group of a client may be smaller). Sorting by label first
-keeps a subject's rows mostly of one label, so class-targeted phases find subjects that hold
-enough rows of the class. A client acts for itself as ``client-<c>``: only it may withdraw its
-whole shard.
+scenario's data alone (no randomness): each client's rows, in increasing global id, are cut into
+consecutive groups of ``rows_per_subject``; group ``k`` of client ``c`` is the subject
+``subject-<c>-<k>`` (the last group of a client may be smaller). A client acts for itself as
+``client-<c>``: only it may withdraw its whole shard.
 
 A request is authorised when its ``subject`` owns every sample id it names (or, for a client
 withdrawal, when the subject is that client). :meth:`SubjectRegistry.check` returns the reason
@@ -98,25 +96,23 @@ class SubjectRegistry:
 
 
 def subject_registry(
-    client_indices: Sequence[IntArray], labels: IntArray, *, rows_per_subject: int
+    client_indices: Sequence[IntArray], num_rows: int, *, rows_per_subject: int
 ) -> SubjectRegistry:
     """The registry of a federation (see the module docstring).
 
     Parameters
     ----------
     client_indices : global row ids of every client's shard (disjoint).
-    labels : (n,) label of every global row id.
+    num_rows : number of global row ids (training rows, clients' or not).
     rows_per_subject : rows of one subject (>= 1); a client's last subject may hold fewer.
     """
     if rows_per_subject < 1:
         raise InputError(f"rows_per_subject should be >= 1, got {rows_per_subject}")
-    labels = np.asarray(labels)
-    subject_of = np.full(labels.shape[0], -1, dtype=np.int64)
+    subject_of = np.full(num_rows, -1, dtype=np.int64)
     names: list[str] = []
     clients: list[int] = []
     for client, ids in enumerate(client_indices):
-        ids = np.asarray(ids, dtype=np.int64)
-        order = ids[np.lexsort((ids, labels[ids]))]
+        order = np.sort(np.asarray(ids, dtype=np.int64))
         groups = -(-order.size // rows_per_subject)
         local = np.arange(order.size, dtype=np.int64) // rows_per_subject
         subject_of[order] = len(names) + local
