@@ -18,11 +18,13 @@ from flower_loopback import LoopbackGrid
 from rich.console import Console
 
 from server.flower.settings import FleetSettings
+from server.kafka.producer import scenario_requests
 from server.server_app import run_on_grid
 from simulator.errors import ClientUnavailableError
 from simulator.runner import run_scenario
 from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import load_scenario
+from simulator.stream import batches
 
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
 FAST = FleetSettings(timeout=0.5, train_timeout=1.0, retries=1, poll_interval=0.001, node_wait=5.0)
@@ -154,7 +156,11 @@ def test_a_failure_after_the_receipts_keeps_them(tmp_path: Path) -> None:
     events = lines(out / "events.jsonl")
     failed = [e for e in events if e.get("client_failures")]
     assert len(failed) == 1 and "0" in failed[0]["client_failures"]
-    assert [e["batch"] for e in events if e["event"] == "deletion_batch"] == [0, 1]
+    stream = load_scenario(SCENARIO).stream
+    planned = batches(scenario_requests(load_scenario(SCENARIO)), stream.max_batch_requests)
+    assert [e["batch"] for e in events if e["event"] == "deletion_batch"] == list(
+        range(len(planned))
+    )
     assert "0" in events[-1]["excluded_clients"]
 
 
