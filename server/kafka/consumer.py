@@ -197,8 +197,12 @@ class DeletionConsumer:
         self, consumer: KafkaConsumer, parts: list[TopicPartition], store: CheckpointStore
     ) -> None:
         """Check the log against the checkpoint (handling any gap), then seek to it."""
-        state = self.state
         self._verify(store)
+        self._seek(consumer, parts)
+
+    def _seek(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> None:
+        """Read on from the checkpointed offsets (a partition without one: its beginning)."""
+        state = self.state
         for tp in parts:
             if tp.partition in state.offsets:
                 consumer.seek(tp, state.offsets[tp.partition])
@@ -286,14 +290,15 @@ class DeletionConsumer:
                 if self._recheck or self._out_of_range(consumer, parts):
                     self._recheck = False
                     if self._verify(store):  # what was just read may be off the new log
-                        self._resume(consumer, parts, store)
+                        self._seek(consumer, parts)
                         continue
             except OffsetOutOfRangeError:
-                self._verify(store)
-                self._resume(consumer, parts, store)
+                if not self._verify(store):
+                    self.backoff.sleep()  # the log looks fine: do not spin on the broker's word
+                self._seek(consumer, parts)
                 continue
-            except KafkaError as exc:
-                log.warning("polling failed (%s); backing off", exc)
+            except (KafkaError, BrokerUnavailableError) as exc:
+                log.warning("reading the requests failed (%s); backing off", exc)
                 self._emit({"event": "consumer_waiting", "reason": f"broker: {exc}"}, False)
                 self._recheck = True  # the broker may have come back with another log
                 self.backoff.sleep()
