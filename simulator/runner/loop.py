@@ -87,7 +87,7 @@ class ColdFit:
     weight_gap: float
 
 
-def cold_fit(fed: Federation) -> ColdFit:
+def retrain_objective(fed: Federation) -> ColdFit:
     """Fit every client's weights from scratch on its retained rows, on the server's features.
 
     This is what a retrain from scratch on ``D'`` does (``method.md`` section 2), computed
@@ -123,7 +123,7 @@ def retrained_head(fed: Federation) -> tuple[FloatArray, float, dict[str, float]
     budget must cover) and the clients' weight gap to the cold fit.
     """
     t = time.perf_counter()
-    ref = cold_fit(fed)
+    ref = retrain_objective(fed)
     cfg = fed.head.config
     trained = train_head(ref.data, fed.head.b, lam=cfg.lam, tol=cfg.tol)
     seconds = time.perf_counter() - t

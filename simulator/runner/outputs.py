@@ -94,6 +94,11 @@ def summary_rows(
             f"{end['epsilon_spent']:.4f} (of {end['epsilon_target']})",
         ),
         ("accounting", f"{end['accounting']}: {ACCOUNTING_NOTES[end['accounting']]}"),
+        (
+            "guarantee",
+            f"({end['epsilon_target']}, {end['delta']:g})-certified removal for the head as one "
+            "mechanism (one Gaussian b over all its columns)",
+        ),
         ("budget used", pct(end["budget_used_ratio"])),
         (
             "extractor certified",
