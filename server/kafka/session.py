@@ -41,6 +41,8 @@ SUMMARY_KEYS = (
     "model_version",
     "retrains",
     "epsilon_spent",
+    "delta",
+    "accounting",
     "unauthorised",
     "held",
     "offset_gaps",
