@@ -147,7 +147,7 @@ def test_target_is_up_and_rules_are_healthy(prometheus: tuple[str, dict[str, Any
     assert [t["health"] for t in targets] == ["up"]
     groups = api(base, "/api/v1/rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
-    assert len(rules) == 15
+    assert len(rules) == 19
     assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
 
 

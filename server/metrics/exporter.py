@@ -27,7 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.metrics import MetricWrapperBase
 
-from server.health import Health
+from server.health import Health, process_age
 from server.metrics.definitions import build_registry
 from simulator.head import ACCOUNTING_MODES
 
@@ -158,6 +158,8 @@ class MetricsExporter:
                     action=action if action in GAP_ACTIONS else "fail"
                 ).inc()
                 self.m["stream_skipped_records_total"].inc(int(event.get("skipped", 0)))
+            if kind == "start":  # a scenario run: running from here
+                self.m["stream_startup_seconds"].set(_f(process_age()))
             if kind == "start":
                 self._start(event)
                 head = getattr(getattr(fed, "scenario", None), "head", None)
