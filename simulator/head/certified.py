@@ -50,8 +50,8 @@ from simulator.head.logistic import (
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.threads import single_threaded_blas
-from simulator.head.training import train_head
+from simulator.head.threads import all_blas_threads, single_threaded_blas
+from simulator.head.training import TrainResult, retrain_head, train_head
 
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
@@ -76,6 +76,11 @@ class CertifiedHead:
     rng : the generator that draws every perturbation ``b ~ N(0, sigma^2 I)``.
     """
 
+    _W: FloatArray
+    _W_ref: FloatArray
+    _solver: HessianSolver
+    _gram: GramMatrix
+
     def __init__(self, data: HeadData, config: HeadConfig, *, rng: np.random.Generator) -> None:
         self.data = data
         self.config = config
@@ -84,6 +89,7 @@ class CertifiedHead:
         self.retrains = 0
         self.removals = 0
         self._c = certificate_constant(config.delta)
+        self._warm_start_ok = False
         self._fit("initial")
 
     # ------------------------------------------------------------------ state
@@ -124,23 +130,51 @@ class CertifiedHead:
 
     # --------------------------------------------------------------- training
     def _fit(self, reason: str) -> float:
-        """Train from scratch with a fresh ``b``; returns seconds."""
+        """Train from scratch with a fresh ``b``; returns seconds.
+
+        The initial training runs damped Newton from zero. A retrain (``config.retrain ==
+        "warm"``) starts from the current head, preconditioned by the removal solver's Hessian
+        (downdated to the retained rows), and builds the Hessians once at the end; it reaches
+        the same unique minimiser to the same tolerance (:func:`retrain_head`).
+        """
         d, k = self.data.dim, self.data.columns
         self._b = self._rng.normal(0.0, self.config.sigma, size=(d, k))
         if self.data.retained_count == 0:
             return self._empty(reason)
-        res = train_head(self.data, self._b, lam=self.config.lam, tol=self.config.tol)
+        with all_blas_threads():
+            return self._train(reason)
+
+    def _train(self, reason: str) -> float:
+        cfg = self.config
+        res: TrainResult
+        if reason != "initial" and cfg.retrain == "warm" and self._warm_start_ok:
+            solver = self._solver
+            res = retrain_head(
+                self.data,
+                self._b,
+                lam=cfg.lam,
+                tol=cfg.tol,
+                W0=self._W,
+                precondition=lambda g: solver.solve(g).step,
+            )
+            gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates
+        else:
+            res = train_head(self.data, self._b, lam=cfg.lam, tol=cfg.tol)
+            assert res.gram is not None
+            gram = res.gram
         self._W = res.W
-        self._W_ref = res.W.copy()
+        self._W_ref = (res.W if res.reference is None else res.reference).copy()
         self._solver = HessianSolver(res.hessian)
-        self._gram = GramMatrix(res.gram)
-        self._spectral = _spectral_upper_bound(res.gram)
+        self._gram = GramMatrix(gram)
+        self._spectral = _spectral_upper_bound(gram)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
         self._since_refresh = 0
+        self._warm_start_ok = True
         self.model_version += 1
         self.last_fit_reason = reason
         self.last_fit_iterations = res.iterations
+        self.last_fit_newton_iterations = res.newton_iterations
         return res.seconds
 
     def _empty(self, reason: str) -> float:
@@ -154,9 +188,11 @@ class CertifiedHead:
         self._cumulative = 0.0
         self._carried = np.zeros((d, k))
         self._since_refresh = 0
+        self._warm_start_ok = False  # the identity is no preconditioner: train cold
         self.model_version += 1
         self.last_fit_reason = f"{reason} (no rows left: head reset to zero)"
         self.last_fit_iterations = 0
+        self.last_fit_newton_iterations = 0
         return 0.0
 
     def _gradient_exact(self, W: FloatArray) -> FloatArray:
@@ -195,7 +231,9 @@ class CertifiedHead:
         if unknown:
             raise UnknownSampleError(unknown)
         if retrain:
-            self.data.delete(ids, W=self._W, W_ref=self._W_ref)
+            delta = self.data.delete(ids, W=self._W, W_ref=self._W_ref)
+            if self.data.retained_count:  # keep Gram and preconditioner on the retained rows
+                self._downdate(delta, len(ids))
             return self._retrained(ids, "method", t0)
         with single_threaded_blas(len(ids) <= SMALL_BATCH):
             return self._remove(ids, t0)
@@ -271,18 +309,23 @@ class CertifiedHead:
             g = g + self._carried
         if delta.reweighted is not None:
             g = g + delta.reweighted.gradient
-        rows = delta.removed_rows
-        self._gram.downdate(rows)
         if cfg.hessian_mode == "rebuild":
+            self._gram.downdate(delta.removed_rows)
             stats = self.data.statistics(self._W, hessian=True)
             self._solver.replace(objective_hessian(stats, lam=cfg.lam))
             self._W_ref = self._W.copy()
         else:
-            self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=cfg.lam * m)
-            if delta.reweighted is not None:
-                assert delta.reweighted.hessian is not None
-                self._solver.downdate_dense(-delta.reweighted.hessian)
+            self._downdate(delta, m)
         return self._solver.solve(g)
+
+    def _downdate(self, delta: DeletionStatistics, m: int) -> None:
+        """Gram matrix and Hessian (at ``W_ref``) of the retained rows after a deletion."""
+        rows = delta.removed_rows
+        self._gram.downdate(rows)
+        self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=self.config.lam * m)
+        if delta.reweighted is not None:
+            assert delta.reweighted.hessian is not None
+            self._solver.downdate_dense(-delta.reweighted.hessian)
 
     def _step_bounds(
         self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
@@ -351,6 +394,7 @@ class CertifiedHead:
             retained=self.data.retained_count,
             solver_iterations=iterations,
             retrain_iterations=self.last_fit_iterations if retrained else 0,
+            retrain_newton_iterations=self.last_fit_newton_iterations if retrained else 0,
             timings=timings,
         )
 

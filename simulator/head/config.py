@@ -32,6 +32,10 @@ class HeadConfig:
     summed over removals; ``exact`` the exact residual of the current head, a diagnostic whose
     retrain decision depends on ``b``. ``report_exact`` computes the exact residual after every
     removal as a diagnostic (one gradient round over the retained rows) whatever is charged.
+    ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
+    ``warm`` (default) from the current head with the removal solver's Hessian as
+    preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
+    initial training (:mod:`simulator.head.training`). Both stop at the same tolerance.
     """
 
     lam: float = 1e-3
@@ -43,6 +47,7 @@ class HeadConfig:
     refresh_every: int = 0
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
+    retrain: Literal["warm", "cold"] = "warm"
 
     def __post_init__(self) -> None:
         for name in ("lam", "sigma", "epsilon", "tol"):
@@ -55,6 +60,8 @@ class HeadConfig:
                 f"must be one of {', '.join(ACCOUNTING_MODES)}, got {self.accounting!r}",
                 "head.accounting",
             )
+        if self.retrain not in ("warm", "cold"):
+            raise ConfigError(f"must be warm or cold, got {self.retrain!r}", "head.retrain")
         if self.refresh_every < 0:
             raise ConfigError("must be >= 0", "head.refresh_every")
 
@@ -86,7 +93,9 @@ class RemovalReport:
         of the steps' charges (``guo``, ``worst``; it starts at the training residual), or the
         largest exact residual since then (``exact``).
     epsilon_spent : ``c * cumulative / sigma``, holding with ``delta``.
-    retrain_iterations : Newton iterations of the retrain (0 when the step was kept).
+    retrain_iterations : iterations of the retrain (0 when the step was kept).
+    retrain_newton_iterations : those of them that built the Hessians (a warm retrain's
+        fallback; every iteration of a cold one).
     """
 
     sample_ids: tuple[int, ...]
@@ -106,4 +115,5 @@ class RemovalReport:
     retained: int
     solver_iterations: int
     retrain_iterations: int = 0
+    retrain_newton_iterations: int = 0
     timings: dict[str, float] = field(default_factory=dict)
