@@ -84,7 +84,7 @@ def test_warm_retrain_falls_back_to_newton_with_a_poor_preconditioner() -> None:
         data, b, lam=1e-3, W0=np.zeros((8, 3)), precondition=lambda g: g / (1e4 * 300)
     )
     ref = train_head(data, b, lam=1e-3)
-    assert res.newton_iterations >= 1
+    assert res.newton_iterations >= 2  # a fallback besides the final polish
     assert res.hessian_builds == res.newton_iterations
     assert np.all(res.gradient_norms <= 1e-8 * 300)
     assert np.all(np.linalg.norm(res.W - ref.W, axis=0) <= 2 * 1e-8 / 1e-3)

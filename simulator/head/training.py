@@ -12,17 +12,18 @@ i.e. the gradient of the *mean* objective is below ``tol``.
 
 A *retrain* (fresh ``b`` after the budget is spent) reaches the same minimiser faster from the
 current head (:func:`retrain_head`): the objective is strongly convex, so its minimiser does not
-depend on the starting point, and the preconditioned gradient iteration
+depend on the starting point, and the preconditioned iteration
 
     W <- W - t M^{-1} grad L_b'(W),      M = H(W_ref; D')  (the removal solver's Hessian)
 
-converges linearly with rate ``||I - M^{-1} H(W)||``, small because both matrices share the
-dominant ``lam n I`` and differ only by the change of the curvatures ``a p (1 - p)`` between
-``W_ref`` and ``W``. Each iteration is one gradient pass (``2 n d K`` multiply-adds twice) and
-K pairs of triangular solves, against ``K n d^2`` for a Newton iteration's Hessians; when an
-iteration fails to halve the gradient norm of a class, a true Newton iteration (one Hessian
-build) replaces the preconditioner. The stopping rule is the same as training's, and one
-Hessian build at the returned head seeds the removal machinery (its reference point).
+converges linearly with rate ``||I - M^{-1} H(W)||``, small when the curvatures
+``a p (1 - p)`` change little between ``W_ref`` and ``W``; L-BFGS pairs (with ``M^{-1}`` as
+the initial inverse Hessian) absorb the change the new ``b`` causes. Each iteration is one
+gradient pass (``2 n d K`` multiply-adds twice) and K pairs of triangular solves, against
+``K n d^2`` for a Newton iteration's Hessians; when the gradient norms stall, a true Newton
+iteration (one Hessian build) replaces the preconditioner. The stopping rule is the same as
+training's; one Hessian build at the converged head seeds the removal machinery (its reference
+point) and serves one final Newton step.
 """
 
 from __future__ import annotations
@@ -168,7 +169,9 @@ def retrain_head(
     precondition: Preconditioner,
     tol: float = 1e-8,
     max_iter: int = 100,
-    contraction: float = 0.5,
+    contraction: float = 0.9,
+    patience: int = 3,
+    memory: int = 10,
 ) -> TrainResult:
     """The minimiser of ``L_b`` on the retained rows, warm-started at ``W0`` (module docstring).
 
@@ -180,9 +183,15 @@ def retrain_head(
         and the new ``b``).
     precondition : applies ``M_k^{-1}`` per class for SPD ``M_k`` close to the Hessian (the
         removal solver's downdated Hessian at its reference point).
-    contraction : an iteration that does not reduce every unconverged class's gradient norm by
-        this factor is followed by a true Newton iteration (a Hessian build at the current head,
-        which then becomes the preconditioner).
+    contraction, patience : after ``patience`` consecutive iterations that do not reduce some
+        unconverged class's gradient norm by the factor ``contraction``, the next iteration is a
+        true Newton iteration (a Hessian build at the current head, which then becomes the
+        preconditioner). A Hessian build costs ``K n d^2`` against ``~4 n d K`` for a gradient
+        pass, i.e. about ``d / 4`` iterations, so only stalls pay for a build.
+    memory : L-BFGS pairs kept. The directions are L-BFGS's with ``M^{-1}`` as the initial
+        inverse Hessian: the new ``b`` moves the head and the curvatures with it, and the pairs
+        learn that change (on the benchmark workload the plain preconditioned iteration
+        contracted by only 0.5-0.9 per step, L-BFGS by 0.2-0.4).
 
     Returns
     -------
@@ -199,8 +208,9 @@ def retrain_head(
     stats = data.statistics(W, hessian=False)
     grad = objective_gradient(stats, W, b, lam=lam)
     norms = np.linalg.norm(grad, axis=0)
-    newton = builds = 0
+    newton = builds = slow = 0
     use_newton = False
+    history: list[tuple[FloatArray, FloatArray]] = []
     for it in range(max_iter + 1):
         if np.all(norms <= tol * scale):
             # one Hessian build at the converged head, then one Newton step with it (a polish
@@ -212,7 +222,8 @@ def retrain_head(
             polished = W - _cholesky_preconditioner(H)(objective_gradient(final, W, b, lam=lam))
             pstats = data.statistics(polished, hessian=False)
             pnorms = np.linalg.norm(objective_gradient(pstats, polished, b, lam=lam), axis=0)
-            W_out, out_norms = (polished, pnorms) if np.all(pnorms <= norms) else (W, norms)
+            better = np.linalg.norm(pnorms) <= np.linalg.norm(norms)
+            W_out, out_norms = (polished, pnorms) if better else (W, norms)
             return TrainResult(
                 W_out,
                 out_norms,
@@ -231,17 +242,46 @@ def retrain_head(
             builds += 1
             newton += 1
             precondition = _cholesky_preconditioner(objective_hessian(hstats, lam=lam))
-        step = precondition(grad)
+            history.clear()  # the new preconditioner already holds the curvature
+            step = precondition(grad)
+        else:
+            step = _lbfgs_direction(grad, history, precondition)
         W_new, stats_new = _armijo(data, W, step, stats, grad, b, lam=lam)
         grad_new = objective_gradient(stats_new, W_new, b, lam=lam)
         norms_new = np.linalg.norm(grad_new, axis=0)
+        history.append((W_new - W, grad_new - grad))
+        if len(history) > memory:
+            history.pop(0)
         active = norms > tol * scale
-        use_newton = bool(np.any(active & (norms_new > contraction * norms)))
+        slow = slow + 1 if np.any(active & (norms_new > contraction * norms)) else 0
+        use_newton = slow >= patience
+        if use_newton:
+            slow = 0
         W, stats, grad, norms = W_new, stats_new, grad_new, norms_new
     raise NumericalError(
         f"warm retrain did not reach ||grad|| <= {tol} * {scale} in {max_iter} iterations "
         f"(max gradient norm {float(norms.max()):.3e})"
     )
+
+
+def _lbfgs_direction(
+    grad: FloatArray, history: list[tuple[FloatArray, FloatArray]], precondition: Preconditioner
+) -> FloatArray:
+    """L-BFGS two-loop recursion per class (Nocedal & Wright 2006, Alg. 7.4) with the initial
+    inverse Hessian ``M^{-1}`` (the preconditioner); ``history`` holds ``(s, y)`` pairs (d, K).
+    Strong convexity keeps every ``s_k . y_k >= lam n ||s_k||^2 > 0``."""
+    q = grad.copy()
+    coefs = []
+    for s, y in reversed(history):
+        rho = 1.0 / np.maximum(np.sum(s * y, axis=0), 1e-300)
+        alpha = rho * np.sum(s * q, axis=0)
+        q -= alpha * y
+        coefs.append((rho, alpha))
+    r = precondition(q)
+    for (s, y), (rho, alpha) in zip(history, reversed(coefs), strict=True):
+        beta = rho * np.sum(y * r, axis=0)
+        r += s * (alpha - beta)
+    return r
 
 
 def _armijo(
