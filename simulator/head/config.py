@@ -36,6 +36,10 @@ class HeadConfig:
     ``warm`` (default) from the current head with the removal solver's Hessian as
     preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
     initial training (:mod:`simulator.head.training`). Both stop at the same tolerance.
+    ``device`` (``cpu``, ``cuda``, ``auto``) and ``backend`` (``numpy``, ``torch``, ``auto``)
+    choose where the head's maths runs (:mod:`simulator.head.backend`): by default numpy on
+    the CPU; ``auto`` device is cuda when torch sees a GPU; ``auto`` backend is torch on cuda
+    and numpy on the CPU; ``backend="torch"`` on the CPU runs the GPU code path on the CPU.
     """
 
     lam: float = 1e-3
@@ -48,6 +52,8 @@ class HeadConfig:
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
     retrain: Literal["warm", "cold"] = "warm"
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    backend: Literal["numpy", "torch", "auto"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("lam", "sigma", "epsilon", "tol"):
@@ -62,6 +68,9 @@ class HeadConfig:
             )
         if self.retrain not in ("warm", "cold"):
             raise ConfigError(f"must be warm or cold, got {self.retrain!r}", "head.retrain")
+        from simulator.head.backend import resolve
+
+        resolve(self.device, self.backend)  # raises ConfigError on a bad combination
         if self.refresh_every < 0:
             raise ConfigError("must be >= 0", "head.refresh_every")
 
