@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import NumericalError
+from simulator.errors import InputError, NumericalError
 from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.data import HeadData
 from simulator.head.logistic import (
@@ -110,6 +110,8 @@ def train_head(
     d, k = data.dim, data.columns
     W = bk.zeros((d, k)) if W0 is None else bk.copy(W0)
     b = bk.asarray(b)
+    if tuple(b.shape) != (d, k):
+        raise InputError(f"b must be (d, columns) = {(d, k)}, got {tuple(b.shape)}")
     scale = max(1, data.retained_count)
     stats = statistics_in(data, W, bk, hessian=True, gram=True)
     gram = stats.gram
