@@ -15,12 +15,24 @@ a diagnostic whose retrain decision depends on ``b``):
 * batches of 100 / 1,000 / 10,000 rows from the fresh head: time of the certified step and
   whether it fits in the budget (its charge; a batch that does not fit costs a retrain).
 
+* ``stream``: amortised seconds per removal over a stream of ``--stream`` single removals
+  from the fresh head, every retrain the budget forces included (the issue asks for 10,000;
+  at full size on 2 CPU cores that is hours of retrains, so the default is 300 and the JSON
+  says what was run);
+* ``hessian_build``: one exact Hessian build (``K n d^2`` flops), timed, with the GF/s it
+  reached: the floor of any exact retrain, since the removal machinery needs the Hessian at
+  its reference point.
+
+Backends: ``--backend numpy|torch`` and ``--device cpu|cuda`` (the head's ``backend`` and
+``device`` settings, float64; rows live on the same backend).
+
 Then, once: the naive path (the Hessian rebuilt over all rows for every removal) and a
 1,000-row batch under ``exact`` accounting against exact retraining from scratch with the same
 ``b`` (accuracy gap, parameter distance). Prints a table and writes
 ``bench/results/removal.json``.
 
-Usage: ``python bench/removal.py [--n 60000] [--d 1024] [--seq-cap 3000]``
+Usage: ``python bench/removal.py [--n 60000] [--d 1024] [--seq-cap 3000] [--stream 300]
+[--backend numpy|torch] [--device cpu|cuda] [--no-reference]``
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from rich.table import Table
 
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, predict_classes, train_head
+from simulator.head.backend import make_backend
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 BATCHES = (100, 1000, 10000)
@@ -98,6 +111,41 @@ def budget_cycle(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict
     return out
 
 
+def stream(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict[str, Any]:
+    """Single removals of ``ids`` in order, retrains included: wall time per removal."""
+    retrains: list[float] = []
+    iterations: list[int] = []
+    t = time.perf_counter()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"stream ({head.config.accounting})", total=len(ids))
+        for sid in ids:
+            r = head.remove([int(sid)])
+            bar.advance(task)
+            if r.retrained:
+                retrains.append(r.timings["retrain"])
+                iterations.append(r.retrain_iterations)
+    total = time.perf_counter() - t
+    return {
+        "removals": len(ids),
+        "seconds": total,
+        "amortised_seconds_per_removal": total / max(1, len(ids)),
+        "retrains": len(retrains),
+        "retrain_seconds_mean": float(np.mean(retrains)) if retrains else None,
+        "retrain_iterations_mean": float(np.mean(iterations)) if iterations else None,
+    }
+
+
+def hessian_build(head: CertifiedHead) -> dict[str, Any]:
+    """One exact Hessian build over the retained rows, and the rate it reached."""
+    data = head.data
+    t = time.perf_counter()
+    stats = data.statistics(head._W, hessian=True)  # the backend array, not a numpy copy
+    float(stats.hessian[0, 0, 0])  # type: ignore[index]  # wait for an asynchronous device
+    seconds = time.perf_counter() - t
+    flops = head.data.columns * data.retained_count * data.dim**2  # syrk: n d^2 per class
+    return {"seconds": seconds, "flops": flops, "gflops_per_second": flops / seconds / 1e9}
+
+
 def batch_charges(head: CertifiedHead, order: np.ndarray) -> dict[str, Any]:
     """Each batch size from the fresh head: step time and whether its charge fits the budget."""
     out: dict[str, Any] = {}
@@ -152,8 +200,18 @@ def main() -> None:
     p.add_argument("--d", type=int, default=1024)
     p.add_argument("--seq-cap", type=int, default=3000)
     p.add_argument("--naive", type=int, default=2, help="single removals on the naive path")
+    p.add_argument("--stream", type=int, default=300, help="single removals in the stream")
+    p.add_argument("--backend", choices=("numpy", "torch"), default="numpy")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip the naive path and the cold retrain from scratch (slow at full size)",
+    )
     p.add_argument("--out", default="bench/results/removal.json")
     args = p.parse_args()
+    backend = make_backend(args.device, args.backend)
+    load_start = os.getloadavg()
     console = Console()
     rng = np.random.default_rng(0)
 
@@ -162,10 +220,26 @@ def main() -> None:
         xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
     )
     Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
-    cfg = HeadConfig(lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4, report_exact=False)
-    console.print(f"[bold]workload[/]: n={args.n} d={args.d} K=10 ({source})")
+    cfg = HeadConfig(
+        lam=1e-3,
+        sigma=10.0,
+        epsilon=1.0,
+        delta=1e-4,
+        report_exact=False,
+        device=args.device,
+        backend=args.backend,
+    )
+    device_name = "cpu"
+    if args.device == "cuda":
+        import torch
+
+        device_name = torch.cuda.get_device_name(0)
+    console.print(
+        f"[bold]workload[/]: n={args.n} d={args.d} K=10 ({source}); {args.backend} on {device_name}"
+    )
     t = time.perf_counter()
-    fresh = CertifiedHead(LocalHeadData(Xtr, ytr, 10), cfg, rng=np.random.default_rng(1))
+    data = LocalHeadData(Xtr, ytr, 10, backend=backend)
+    fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
     train_s = time.perf_counter() - t
     console.print(f"trained in {train_s:.1f} s ({fresh.last_fit_iterations} Newton iterations)")
     order = rng.permutation(args.n)
@@ -173,26 +247,39 @@ def main() -> None:
     modes: dict[str, Any] = {}
     for accounting in ("guo", "exact"):
         head = with_config(fresh, accounting=accounting)
+        cycle = budget_cycle(head, order[: args.seq_cap], console)
         modes[accounting] = {
             "accounting": accounting,
-            **budget_cycle(head, order[: args.seq_cap], console),
+            **cycle,
+            "amortised_seconds_per_removal_one_cycle": cycle["amortised_seconds_per_removal"],
             "batches": batch_charges(with_config(fresh, accounting=accounting), order),
         }
+        if args.stream:
+            st = stream(with_config(fresh, accounting=accounting), order[: args.stream], console)
+            modes[accounting]["stream"] = st
+            modes[accounting]["amortised_seconds_per_removal"] = st["amortised_seconds_per_removal"]
         console.print(f"{accounting}: {modes[accounting]['removals_before_retrain']} removals")
+        # partial results survive a timeout (the one-shot GPU check has a fixed budget)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"partial": True, "modes": modes}, indent=2) + "\n")
 
-    naive = with_config(fresh, hessian_mode="rebuild")
-    t = time.perf_counter()
-    for sid in order[: args.naive]:
-        naive.remove([int(sid)])
-    naive_rate = args.naive / (time.perf_counter() - t)
-    vs = versus_retraining(
-        with_config(fresh, accounting="exact", report_exact=True),
-        [int(i) for i in order[:1000]],
-        Xtr,
-        ytr,
-        Xte,
-        yte,
-    )
+    build = hessian_build(fresh)
+    naive_rate: float | None = None
+    vs: dict[str, Any] | None = None
+    if not args.no_reference:
+        naive = with_config(fresh, hessian_mode="rebuild")
+        t = time.perf_counter()
+        for sid in order[: args.naive]:
+            naive.remove([int(sid)])
+        naive_rate = args.naive / (time.perf_counter() - t)
+        vs = versus_retraining(
+            with_config(fresh, accounting="exact", report_exact=True),
+            [int(i) for i in order[:1000]],
+            Xtr,
+            ytr,
+            Xte,
+            yte,
+        )
     guo = modes["guo"]
     result = {
         "accounting": "guo",  # the headline figures below; both modes in "modes"
@@ -203,6 +290,11 @@ def main() -> None:
         "n": args.n,
         "d": args.d,
         "k": 10,
+        "backend": args.backend,
+        "device": args.device,
+        "device_name": device_name,
+        "stream_removals": args.stream,
+        "hessian_build": build,
         "source": source,
         "train_seconds": train_s,
         "budget": fresh.budget,
@@ -210,6 +302,7 @@ def main() -> None:
         "naive_removals_per_second": naive_rate,
         "exact_batch_vs_retraining": vs,
         "machine": f"{platform.machine()} ({platform.node()}), {os.cpu_count()} cores",
+        "load_average_at_start": load_start,
         "load_average_at_end": os.getloadavg(),
     }
     table = Table(title="certified removal: cost per accounting (Fashion-MNIST, n, d, K above)")
@@ -225,7 +318,8 @@ def main() -> None:
         ("removals_before_retrain", "single removals before retrain", "d"),
         ("removals_per_second", "single removals / s (kept steps)", ".1f"),
         ("retrain_seconds", "retrain (s)", ".1f"),
-        ("amortised_seconds_per_removal", "amortised s / removal (incl. retrain)", ".3f"),
+        ("amortised_seconds_per_removal_one_cycle", "amortised s / removal, one cycle", ".3f"),
+        ("amortised_seconds_per_removal", "amortised s / removal, stream", ".3f"),
     ):
         table.add_row(label, *(cell(m, key, fmt) for m in modes))
     for m in BATCHES:
@@ -241,11 +335,16 @@ def main() -> None:
         table.add_row(f"batch of {m:,}", *row)
     console.print(table)
     console.print(
-        f"exact accounting, batch of 1,000: {vs['batch_removal_seconds']:.2f} s vs retraining "
-        f"{vs['retrain_from_scratch_seconds']:.1f} s; accuracy gap "
-        f"{vs['accuracy_gap_points']:.3f} points; distance {vs['relative_param_distance']:.1e}; "
-        f"naive path {naive_rate:.3f} removals/s"
+        f"one exact Hessian build: {build['seconds']:.2f} s "
+        f"({build['gflops_per_second']:.1f} GF/s over K n d^2 = {build['flops']:.2e} flops)"
     )
+    if vs is not None:
+        console.print(
+            f"exact accounting, batch of 1,000: {vs['batch_removal_seconds']:.2f} s vs "
+            f"retraining {vs['retrain_from_scratch_seconds']:.1f} s; accuracy gap "
+            f"{vs['accuracy_gap_points']:.3f} points; distance "
+            f"{vs['relative_param_distance']:.1e}; naive path {naive_rate:.3f} removals/s"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.out}")

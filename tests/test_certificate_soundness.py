@@ -197,7 +197,9 @@ def test_bounds_dominate_exact_residual_with_reweighting(
             break
         before = head.cumulative_residual
         r = head.remove(ids.tolist())
-        assert r.residual_exact is not None and not r.retrained
+        assert r.residual_exact is not None
+        if r.retrained:  # even 1e9 can be spent at lam = 1e-4 (seed 1): the step was discarded
+            break
         assert r.residual_worst >= r.residual_data * (1 - 1e-9)
         assert before + r.residual_data >= r.residual_exact * (1 - 1e-9)
         assert r.cumulative >= r.residual_exact * (1 - 1e-9)

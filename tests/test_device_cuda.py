@@ -1,6 +1,8 @@
 """On a machine with CUDA: the federation trains and extracts features on the GPU and lands
 where the CPU run does (same data, seed and stream; float tolerance, since GPU kernels sum in
-another order). Skipped, saying so, where torch sees no GPU (these CI machines)."""
+another order), and the certified head on the GPU (``head.device: cuda``, torch float64) gives
+numpy's head, bounds and retrain decisions. Skipped, saying so, where torch sees no GPU (these
+CI machines); the same head code runs on torch's CPU kernels in ``test_head_backend.py``."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
 
 
-def run(device: str, folder: Path) -> dict[str, float]:
-    scenario = load_scenario(SCENARIO, overrides=[f"device={device}", "evaluation.attacks=[]"])
+def run(device: str, folder: Path, *extra: str) -> dict[str, float]:
+    overrides = [f"device={device}", "evaluation.attacks=[]", *extra]
+    scenario = load_scenario(SCENARIO, overrides=overrides)
     result = run_scenario(scenario, output_dir=folder, progress=False, plots=False)
     return {**result.final, **result.final["metrics"]}
 
@@ -31,3 +34,28 @@ def test_cuda_run_matches_the_cpu_run(tmp_path: Path) -> None:
     assert np.isfinite(gpu["epsilon_spent"])
     assert gpu["epsilon_spent"] == pytest.approx(cpu["epsilon_spent"], rel=0.2)
     assert gpu["accuracy_retain"] == pytest.approx(cpu["accuracy_retain"], abs=0.02)
+
+
+@pytest.mark.parametrize("accounting", ["guo", "exact"])
+def test_head_on_cuda_matches_numpy(accounting: str) -> None:
+    from test_head_backend import run_stream, twin_heads
+
+    ref, other = twin_heads("torch", "cuda", accounting=accounting, sigma=0.5, lam=1e-2)
+    assert other._W.is_cuda
+    assert run_stream(ref, other) >= 1  # budget retrains (warm) on both, same decisions
+
+
+def test_head_on_cuda_with_reweighting_matches_numpy() -> None:
+    from test_head_backend import run_stream, twin_heads
+
+    run_stream(*twin_heads("torch", "cuda", reweigh=True, sigma=0.5, lam=1e-2))
+
+
+def test_federation_with_the_head_on_cuda(tmp_path: Path) -> None:
+    """Clients keep numpy statistics; the server's head runs on the GPU."""
+    cpu = run("cpu", tmp_path / "cpu")
+    gpu = run("cpu", tmp_path / "head-cuda", "head.device=cuda")
+    assert gpu["removed_total"] == cpu["removed_total"] > 0
+    assert gpu["model_version"] == cpu["model_version"]
+    assert gpu["accuracy_test"] == pytest.approx(cpu["accuracy_test"], abs=1e-6)
+    assert gpu["epsilon_spent"] == pytest.approx(cpu["epsilon_spent"], rel=1e-6, abs=1e-9)

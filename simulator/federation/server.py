@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
+from simulator.head.backend import Array, to_numpy
 from simulator.head.data import DeletionStatistics, RowSource
 from simulator.head.logistic import ShardStatistics, head_columns
 
@@ -123,12 +124,15 @@ class FederatedHeadData:
 
     def statistics(
         self,
-        W: FloatArray,
+        W: Array,
         *,
         hessian: bool,
         gram: bool = False,
-        hessian_at: FloatArray | None = None,
+        hessian_at: Array | None = None,
     ) -> ShardStatistics:
+        # clients keep numpy: the server's head (numpy or torch, head.device) converts here
+        W = to_numpy(W)
+        hessian_at = None if hessian_at is None else to_numpy(hessian_at)
         total = ShardStatistics.zeros(self._dim, self.columns, hessian=hessian, gram=gram)
         if self._fanout is not None:
             parts = self._fanout.statistics(
@@ -141,7 +145,8 @@ class FederatedHeadData:
             total = total + client.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
         return total
 
-    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+    def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
+        W, W_ref = to_numpy(W), to_numpy(W_ref)
         groups = self.route(ids)
         orphans = [i for cid, g in groups.items() if cid not in self.clients for i in g]
         if orphans:

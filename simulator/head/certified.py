@@ -23,16 +23,17 @@ evaluated at ``W_ref``; it is rebuilt over all retained rows only at (re)trainin
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
 from simulator.head.accounting import charge
+from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
@@ -45,13 +46,14 @@ from simulator.head.data import DeletionStatistics, HeadData
 from simulator.head.gram import GramMatrix
 from simulator.head.logistic import (
     IntArray,
+    ShardStatistics,
     objective_gradient,
     objective_hessian,
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.threads import single_threaded_blas
-from simulator.head.training import train_head
+from simulator.head.threads import all_blas_threads, single_threaded_blas
+from simulator.head.training import TrainResult, retrain_head, statistics_in, train_head
 
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
@@ -76,26 +78,35 @@ class CertifiedHead:
     rng : the generator that draws every perturbation ``b ~ N(0, sigma^2 I)``.
     """
 
+    _W: Array
+    _W_ref: Array
+    _b: Array
+    _carried: Array
+    _solver: HessianSolver
+    _gram: GramMatrix
+
     def __init__(self, data: HeadData, config: HeadConfig, *, rng: np.random.Generator) -> None:
         self.data = data
         self.config = config
+        self._bk: Backend = make_backend(config.device, config.backend)
         self._rng = rng
         self.model_version = 0
         self.retrains = 0
         self.removals = 0
         self._c = certificate_constant(config.delta)
+        self._warm_start_ok = False
         self._fit("initial")
 
     # ------------------------------------------------------------------ state
     @property
     def W(self) -> FloatArray:
-        """The current head (d x columns), a copy."""
-        return self._W.copy()
+        """The current head (d x columns), a numpy copy."""
+        return self._bk.to_numpy(self._W).copy()
 
     @property
     def b(self) -> FloatArray:
         """The current perturbation (d x columns), a copy."""
-        return self._b.copy()
+        return self._bk.to_numpy(self._b).copy()
 
     @property
     def cumulative_residual(self) -> float:
@@ -113,62 +124,99 @@ class CertifiedHead:
 
     def gradient_norms(self) -> FloatArray:
         """Exact per-class ``||grad L_b(W; D')||`` of the current model (one pass over rows)."""
-        return np.asarray(np.linalg.norm(self._gradient_exact(self._W), axis=0))
+        return self._bk.to_numpy(self._bk.norms(self._gradient_exact(self._W)))
 
     def exact_residual(self) -> float:
         """Exact residual of the current model: the norm of the stacked gradient."""
         return stacked_norm(self.gradient_norms())
 
     def predict(self, X: FloatArray) -> IntArray:
-        return predict_classes(X @ self._W)
+        return predict_classes(np.asarray(X, dtype=np.float64) @ self.W)
 
     # --------------------------------------------------------------- training
     def _fit(self, reason: str) -> float:
-        """Train from scratch with a fresh ``b``; returns seconds."""
+        """Train from scratch with a fresh ``b``; returns seconds.
+
+        The initial training runs damped Newton from zero. A retrain (``config.retrain ==
+        "warm"``) starts from the current head, preconditioned by the removal solver's Hessian
+        (downdated to the retained rows), and builds the Hessians once at the end; it reaches
+        the same unique minimiser to the same tolerance (:func:`retrain_head`).
+        """
         d, k = self.data.dim, self.data.columns
-        self._b = self._rng.normal(0.0, self.config.sigma, size=(d, k))
+        # drawn by numpy whatever the backend: the same b on every backend for one seed
+        self._b = self._bk.asarray(self._rng.normal(0.0, self.config.sigma, size=(d, k)))
         if self.data.retained_count == 0:
             return self._empty(reason)
-        res = train_head(self.data, self._b, lam=self.config.lam, tol=self.config.tol)
+        with all_blas_threads():
+            return self._train(reason)
+
+    def _train(self, reason: str) -> float:
+        cfg = self.config
+        res: TrainResult
+        if reason != "initial" and cfg.retrain == "warm" and self._warm_start_ok:
+            solver = self._solver
+            res = retrain_head(
+                self.data,
+                self._b,
+                lam=cfg.lam,
+                tol=cfg.tol,
+                W0=self._W,
+                precondition=lambda g: solver.solve(g).step,
+                backend=self._bk,
+            )
+            gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates
+        else:
+            res = train_head(self.data, self._b, lam=cfg.lam, tol=cfg.tol, backend=self._bk)
+            assert res.gram is not None
+            gram = res.gram
         self._W = res.W
-        self._W_ref = res.W.copy()
-        self._solver = HessianSolver(res.hessian)
-        self._gram = GramMatrix(res.gram)
-        self._spectral = _spectral_upper_bound(res.gram)
+        self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
+        self._solver = HessianSolver(res.hessian, backend=self._bk)
+        self._gram = GramMatrix(gram, backend=self._bk)
+        self._spectral = _spectral_upper_bound(gram, self._bk)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
         self._since_refresh = 0
+        self._warm_start_ok = True
         self.model_version += 1
         self.last_fit_reason = reason
         self.last_fit_iterations = res.iterations
+        self.last_fit_newton_iterations = res.newton_iterations
         return res.seconds
 
     def _empty(self, reason: str) -> float:
         """No rows left: the objective is the unbounded ``b . w``; the head is reset to 0."""
         d, k = self.data.dim, self.data.columns
-        self._W = np.zeros((d, k))
-        self._W_ref = self._W.copy()
-        self._solver = HessianSolver(np.broadcast_to(np.eye(d), (k, d, d)).copy())
-        self._gram = GramMatrix(np.zeros((d, d)))
+        bk = self._bk
+        self._W = bk.zeros((d, k))
+        self._W_ref = bk.zeros((d, k))
+        self._solver = HessianSolver(bk.zeros((k, d, d)) + bk.eye(d)[None, :, :], backend=bk)
+        self._gram = GramMatrix(bk.zeros((d, d)), backend=bk)
         self._spectral = 0.0
         self._cumulative = 0.0
-        self._carried = np.zeros((d, k))
+        self._carried = bk.zeros((d, k))
         self._since_refresh = 0
+        self._warm_start_ok = False  # the identity is no preconditioner: train cold
         self.model_version += 1
         self.last_fit_reason = f"{reason} (no rows left: head reset to zero)"
         self.last_fit_iterations = 0
+        self.last_fit_newton_iterations = 0
         return 0.0
 
-    def _gradient_exact(self, W: FloatArray) -> FloatArray:
-        stats = self.data.statistics(W, hessian=False)
+    def _gradient_exact(self, W: Array) -> Array:
+        stats = statistics_in(self.data, W, self._bk, hessian=False)
         return objective_gradient(stats, W, self._b, lam=self.config.lam)
+
+    def _norms(self, x: Array) -> FloatArray:
+        """Per-class (column) norms as numpy, for the bounds (``certificate.py``)."""
+        return self._bk.to_numpy(self._bk.norms(x))
 
     def _refresh(self) -> None:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
-        stats = self.data.statistics(self._W, hessian=True)
+        stats = statistics_in(self.data, self._W, self._bk, hessian=True)
         self._solver.replace(objective_hessian(stats, lam=self.config.lam))
-        self._spectral = _spectral_upper_bound(self._gram.matrix())  # kept current
-        self._W_ref = self._W.copy()
+        self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
+        self._W_ref = self._bk.copy(self._W)
         self._since_refresh = 0
 
     # ---------------------------------------------------------------- removal
@@ -195,7 +243,9 @@ class CertifiedHead:
         if unknown:
             raise UnknownSampleError(unknown)
         if retrain:
-            self.data.delete(ids, W=self._W, W_ref=self._W_ref)
+            delta = _moved(self.data.delete(ids, W=self._W, W_ref=self._W_ref), self._bk)
+            if self.data.retained_count:  # keep Gram and preconditioner on the retained rows
+                self._downdate(delta, len(ids))
             return self._retrained(ids, "method", t0)
         with single_threaded_blas(len(ids) <= SMALL_BATCH):
             return self._remove(ids, t0)
@@ -208,7 +258,7 @@ class CertifiedHead:
             self._refresh()
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        delta = self.data.delete(ids, W=self._W, W_ref=self._W_ref)
+        delta = _moved(self.data.delete(ids, W=self._W, W_ref=self._W_ref), self._bk)
         timings["statistics"] = time.perf_counter() - t
         n_new = self.data.retained_count
         if n_new == 0:
@@ -228,7 +278,7 @@ class CertifiedHead:
         if cfg.computes_exact:
             t = time.perf_counter()
             grad_new = self._gradient_exact(W_new)
-            exact = stacked_norm(np.linalg.norm(grad_new, axis=0))
+            exact = stacked_norm(self._norms(grad_new))
             timings["exact"] = time.perf_counter() - t
 
         worst, data_b = stacked_norm(bounds.worst), stacked_norm(bounds.data)
@@ -271,34 +321,39 @@ class CertifiedHead:
             g = g + self._carried
         if delta.reweighted is not None:
             g = g + delta.reweighted.gradient
+        if cfg.hessian_mode == "rebuild":
+            self._gram.downdate(delta.removed_rows)
+            stats = statistics_in(self.data, self._W, self._bk, hessian=True)
+            self._solver.replace(objective_hessian(stats, lam=cfg.lam))
+            self._W_ref = self._bk.copy(self._W)
+        else:
+            self._downdate(delta, m)
+        return self._solver.solve(g)
+
+    def _downdate(self, delta: DeletionStatistics, m: int) -> None:
+        """Gram matrix and Hessian (at ``W_ref``) of the retained rows after a deletion."""
         rows = delta.removed_rows
         self._gram.downdate(rows)
-        if cfg.hessian_mode == "rebuild":
-            stats = self.data.statistics(self._W, hessian=True)
-            self._solver.replace(objective_hessian(stats, lam=cfg.lam))
-            self._W_ref = self._W.copy()
-        else:
-            self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=cfg.lam * m)
-            if delta.reweighted is not None:
-                assert delta.reweighted.hessian is not None
-                self._solver.downdate_dense(-delta.reweighted.hessian)
-        return self._solver.solve(g)
+        self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=self.config.lam * m)
+        if delta.reweighted is not None:
+            assert delta.reweighted.hessian is not None
+            self._solver.downdate_dense(-delta.reweighted.hessian)
 
     def _step_bounds(
         self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
     ) -> StepBounds:
         """Worst-case and data-dependent bounds on the step's new error (``certificate.py``)."""
         cfg = self.config
-        gaps = np.linalg.norm(self._W_ref - self._W, axis=0)
+        gaps = self._norms(self._W_ref - self._W)
         gradient_bounds = removal_gradient_bound(
             batch=m,
-            head_norms=np.linalg.norm(self._W, axis=0),
+            head_norms=self._norms(self._W),
             lam=cfg.lam,
             max_weight=delta.max_weight,
             weight_change_l1=delta.weight_change_l1,
         )
         if cfg.accounting == "exact":
-            gradient_bounds = gradient_bounds + np.linalg.norm(self._carried, axis=0)
+            gradient_bounds = gradient_bounds + self._norms(self._carried)
         worst = worst_case_bound(
             gradient_bounds=gradient_bounds,
             retained=retained,
@@ -308,10 +363,11 @@ class CertifiedHead:
             max_weight=delta.max_weight,
         )
         # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
-        projected = np.sqrt(np.maximum(self._gram.quadratic(solved.step), 0.0))
+        quadratic = self._bk.to_numpy(self._gram.quadratic(solved.step))
+        projected = np.sqrt(np.maximum(quadratic, 0.0))
         data = data_dependent_bound(
             spectral_norm=self._spectral,
-            step_norms=np.linalg.norm(solved.step, axis=0),
+            step_norms=self._norms(solved.step),
             projected_norms=projected,
             reference_gaps=gaps,
             solve_residuals=solved.residual_norms,
@@ -351,6 +407,7 @@ class CertifiedHead:
             retained=self.data.retained_count,
             solver_iterations=iterations,
             retrain_iterations=self.last_fit_iterations if retrained else 0,
+            retrain_newton_iterations=self.last_fit_newton_iterations if retrained else 0,
             timings=timings,
         )
 
@@ -389,13 +446,32 @@ def _as_ids(ids: Sequence[int]) -> list[int]:
     return [int(i) for i in arr]
 
 
-def _spectral_upper_bound(gram: FloatArray) -> float:
+def _moved(delta: DeletionStatistics, bk: Backend) -> DeletionStatistics:
+    """A deletion's statistics in the head's backend (no-op where they were computed)."""
+    rw = delta.reweighted
+    if rw is not None:
+        rw = ShardStatistics(
+            loss=bk.asarray(rw.loss),
+            gradient=bk.asarray(rw.gradient),
+            hessian=None if rw.hessian is None else bk.asarray(rw.hessian),
+            gram=None,
+            count=rw.count,
+        )
+    return dataclasses.replace(
+        delta,
+        removed_gradient=bk.asarray(delta.removed_gradient),
+        removed_rows=bk.asarray(delta.removed_rows),
+        removed_curvature=bk.asarray(delta.removed_curvature),
+        reweighted=rw,
+    )
+
+
+def _spectral_upper_bound(gram: Array, bk: Backend) -> float:
     """``||X||_2 = sqrt(lambda_max(X^T X))``, with a relative safety margin.
 
     Rows are only ever removed, so ``X'^T X' <= X^T X`` and the value at the last (re)training
     or refresh stays a valid upper bound until the next one; power iteration would give a
     *lower* estimate, which a bound must not use.
     """
-    d = gram.shape[0]
-    top = sla.eigh(gram, eigvals_only=True, subset_by_index=[d - 1, d - 1], check_finite=False)
-    return float(np.sqrt(max(float(top[0]), 0.0)) * (1.0 + 1e-9) + 1e-12)
+    top = bk.top_eigenvalue(gram)
+    return float(np.sqrt(max(top, 0.0)) * (1.0 + 1e-9) + 1e-12)

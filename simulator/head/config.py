@@ -32,6 +32,14 @@ class HeadConfig:
     summed over removals; ``exact`` the exact residual of the current head, a diagnostic whose
     retrain decision depends on ``b``. ``report_exact`` computes the exact residual after every
     removal as a diagnostic (one gradient round over the retained rows) whatever is charged.
+    ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
+    ``warm`` (default) from the current head with the removal solver's Hessian as
+    preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
+    initial training (:mod:`simulator.head.training`). Both stop at the same tolerance.
+    ``device`` (``cpu``, ``cuda``, ``auto``) and ``backend`` (``numpy``, ``torch``, ``auto``)
+    choose where the head's maths runs (:mod:`simulator.head.backend`): by default numpy on
+    the CPU; ``auto`` device is cuda when torch sees a GPU; ``auto`` backend is torch on cuda
+    and numpy on the CPU; ``backend="torch"`` on the CPU runs the GPU code path on the CPU.
     """
 
     lam: float = 1e-3
@@ -43,6 +51,9 @@ class HeadConfig:
     refresh_every: int = 0
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
+    retrain: Literal["warm", "cold"] = "warm"
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    backend: Literal["numpy", "torch", "auto"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("lam", "sigma", "epsilon", "tol"):
@@ -55,6 +66,11 @@ class HeadConfig:
                 f"must be one of {', '.join(ACCOUNTING_MODES)}, got {self.accounting!r}",
                 "head.accounting",
             )
+        if self.retrain not in ("warm", "cold"):
+            raise ConfigError(f"must be warm or cold, got {self.retrain!r}", "head.retrain")
+        from simulator.head.backend import resolve
+
+        resolve(self.device, self.backend)  # raises ConfigError on a bad combination
         if self.refresh_every < 0:
             raise ConfigError("must be >= 0", "head.refresh_every")
 
@@ -86,7 +102,9 @@ class RemovalReport:
         of the steps' charges (``guo``, ``worst``; it starts at the training residual), or the
         largest exact residual since then (``exact``).
     epsilon_spent : ``c * cumulative / sigma``, holding with ``delta``.
-    retrain_iterations : Newton iterations of the retrain (0 when the step was kept).
+    retrain_iterations : iterations of the retrain (0 when the step was kept).
+    retrain_newton_iterations : those of them that built the Hessians (a warm retrain's
+        fallback; every iteration of a cold one).
     """
 
     sample_ids: tuple[int, ...]
@@ -106,4 +124,5 @@ class RemovalReport:
     retained: int
     solver_iterations: int
     retrain_iterations: int = 0
+    retrain_newton_iterations: int = 0
     timings: dict[str, float] = field(default_factory=dict)

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
+from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.logistic import (
     ShardStatistics,
     class_labels,
@@ -112,6 +113,9 @@ class LocalHeadData:
         the retained rows here; it is never shown the old weights).
     active : (n,) bool, rows still retained (default all); restores a saved state together
         with ``weights`` (see :attr:`base_weights`).
+    backend : where the statistics are computed (:mod:`simulator.head.backend`; numpy by
+        default). The rows are copied there once; statistics come back as that backend's
+        arrays, and heads ``W`` of any backend are accepted.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class LocalHeadData:
         weights: FloatArray | None = None,
         reweigh: Reweigher | None = None,
         active: NDArray[np.bool_] | None = None,
+        backend: Backend = NUMPY,
     ) -> None:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or y.shape != (X.shape[0],):
@@ -143,6 +148,9 @@ class LocalHeadData:
             raise InputError(f"active must be one flag per row, got shape {np.shape(active)}")
         self._active = np.ones(X.shape[0], bool) if active is None else np.array(active, bool)
         self._reweigh = reweigh
+        self.backend = backend
+        self._Xb = backend.asarray(X)  # the same array for numpy
+        self._Yb = backend.asarray(self._Y)
 
     @property
     def dim(self) -> int:
@@ -203,29 +211,33 @@ class LocalHeadData:
 
     def statistics(
         self,
-        W: FloatArray,
+        W: Array,
         *,
         hessian: bool,
         gram: bool = False,
-        hessian_at: FloatArray | None = None,
+        hessian_at: Array | None = None,
     ) -> ShardStatistics:
-        a = self.weights
+        bk = self.backend
+        a = bk.asarray(self.weights)
         stats = shard_statistics(
-            self._X, self._Y, a, W, hessian=hessian, hessian_at=hessian_at, gram=False
+            self._Xb, self._Yb, a, W, hessian=hessian, hessian_at=hessian_at, gram=False
         )
         g = None
         if gram:
-            Xa = self._X[self._active]
+            Xa = bk.take_rows(self._Xb, self._active)
             g = Xa.T @ Xa
         return ShardStatistics(stats.loss, stats.gradient, stats.hessian, g, self.retained_count)
 
-    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+    def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
+        bk = self.backend
         idx = np.asarray(ids, dtype=np.int64)
-        Xr, Yr, ar = self._X[idx], self._Y[idx], self._a[idx]
+        Xr, Yr = bk.take_rows(self._Xb, idx), bk.take_rows(self._Yb, idx)
+        ar = bk.asarray(self._a[idx])
         removed = shard_statistics(Xr, Yr, ar, W)
-        p = sigmoid(Yr * (Xr @ W_ref))
+        p = sigmoid(Yr * (Xr @ bk.asarray(W_ref)))
         curvature = ar[:, None] * p * (1.0 - p)
-        max_w = float(max(ar.max(initial=0.0), self.max_weight()))
+        max_a = float(self._a[idx].max(initial=0.0))
+        max_w = max(max_a, self.max_weight())
         self._active[idx] = False
         reweighted, l1 = None, 0.0
         if self._reweigh is not None:
@@ -240,7 +252,12 @@ class LocalHeadData:
             changed = np.flatnonzero(diff != 0.0)
             rows = keep[changed]
             reweighted = shard_statistics(
-                self._X[rows], self._Y[rows], diff[changed], W, hessian=True, hessian_at=W_ref
+                bk.take_rows(self._Xb, rows),
+                bk.take_rows(self._Yb, rows),
+                bk.asarray(diff[changed]),
+                W,
+                hessian=True,
+                hessian_at=W_ref,
             )
             l1 = float(np.abs(diff).sum())
             self._a[keep] = new

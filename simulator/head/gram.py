@@ -9,31 +9,30 @@ the quadratic form, ``u^T G u - ||R u||^2``, until ``max_pending`` of them have 
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
-
-FloatArray = NDArray[np.float64]
+from simulator.head.backend import Array, Backend, backend_of
 
 
 class GramMatrix:
-    """``G = base - R^T R`` with the removed rows ``R`` pending until folded."""
+    """``G = base - R^T R`` with the removed rows ``R`` pending until folded (in the backend of
+    ``base`` unless ``backend`` is given; :mod:`simulator.head.backend`)."""
 
-    def __init__(self, base: FloatArray, *, max_pending: int = 256) -> None:
-        self._base = np.array(base, dtype=np.float64)
-        self._rows = np.zeros((0, self._base.shape[0]))
+    def __init__(self, base: Array, *, max_pending: int = 256, backend: Backend | None = None):
+        self._bk = backend_of(base) if backend is None else backend
+        self._base = self._bk.copy(base)
+        self._rows = self._bk.zeros((0, self._base.shape[0]))
         self.max_pending = max_pending
 
-    def downdate(self, rows: FloatArray) -> None:
+    def downdate(self, rows: Array) -> None:
         """Remove rows (m x d) from the Gram matrix."""
-        self._rows = np.vstack([self._rows, rows])
+        self._rows = self._bk.concat([self._rows, self._bk.asarray(rows)])
         if self._rows.shape[0] > self.max_pending:
             self.matrix()
 
-    def matrix(self) -> FloatArray:
+    def matrix(self) -> Array:
         """The current Gram matrix (folds the pending rows in)."""
         if self._rows.shape[0]:
             self._base -= self._rows.T @ self._rows
-            self._rows = np.zeros((0, self._base.shape[0]))
+            self._rows = self._bk.zeros((0, self._base.shape[0]))
         return self._base
 
     def __getstate__(self) -> dict[str, object]:
@@ -41,10 +40,10 @@ class GramMatrix:
         self.matrix()
         return dict(self.__dict__)
 
-    def quadratic(self, U: FloatArray) -> FloatArray:
+    def quadratic(self, U: Array) -> Array:
         """``u_k^T G u_k`` for every column ``u_k`` of U (d x K)."""
-        out = np.einsum("ik,ik->k", U, self._base @ U)
+        out = (U * (self._base @ U)).sum(0)
         if self._rows.shape[0]:
             RU = self._rows @ U
-            out -= np.einsum("ik,ik->k", RU, RU)
-        return np.asarray(out)
+            out = out - (RU * RU).sum(0)
+        return out

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
+from simulator.head.backend import Array, backend_of
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -73,14 +74,9 @@ def class_labels(Y: FloatArray) -> IntArray:
     return predict_classes(Y)
 
 
-def sigmoid(t: FloatArray) -> FloatArray:
-    """Numerically stable logistic function."""
-    out: FloatArray = np.empty_like(t)
-    pos = t >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-t[pos]))
-    e = np.exp(t[~pos])
-    out[~pos] = e / (1.0 + e)
-    return out
+def sigmoid(t: Array) -> Array:
+    """Numerically stable logistic function (numpy or torch, :mod:`simulator.head.backend`)."""
+    return backend_of(t).sigmoid(t)
 
 
 @dataclass(frozen=True)
@@ -151,28 +147,33 @@ def shard_statistics(
     gram : also return ``X^T X`` (for the data-dependent bound's ``||X||_2``).
     hessian_at : evaluate the Hessian at this head instead of ``W`` (the removal keeps its
         aggregate Hessian at a reference point; see :mod:`simulator.head.certified`).
+
+    The statistics are computed with the array library of ``X`` (numpy, or torch on its
+    device; :mod:`simulator.head.backend`) and returned in it.
     """
+    bk = backend_of(X)  # computed where the rows live; W, Y, a are moved there (no-op if same)
+    W, Y, a = bk.asarray(W), bk.asarray(Y), bk.asarray(a)
     n, d = X.shape
     k = W.shape[1]
     if Y.shape != (n, k) or a.shape != (n,) or W.shape[0] != d:
         raise InputError(f"shape mismatch: X {X.shape}, Y {Y.shape}, a {a.shape}, W {W.shape}")
     margins = Y * (X @ W)
     # l = log(1 + exp(-m)); dl/ds = -y sigmoid(-m)
-    loss = a @ np.logaddexp(0.0, -margins)
-    coeff = -(Y * sigmoid(-margins)) * a[:, None]
+    loss = a @ bk.softplus(-margins)
+    coeff = -(Y * bk.sigmoid(-margins)) * a[:, None]
     grad = X.T @ coeff
     hess = None
     if hessian:
-        m_ref = margins if hessian_at is None else Y * (X @ hessian_at)
-        p = sigmoid(m_ref)
+        m_ref = margins if hessian_at is None else Y * (X @ bk.asarray(hessian_at))
+        p = bk.sigmoid(m_ref)
         curv = a[:, None] * p * (1.0 - p)
-        hess = np.empty((k, d, d))
-        signed = bool(np.any(a < 0))  # weight *changes* may be negative
+        hess = bk.zeros((k, d, d))
+        signed = bk.any(a < 0)  # weight *changes* may be negative
         for c in range(k):
             if signed:
                 hess[c] = X.T @ (X * curv[:, c, None])
             else:
-                Xs = X * np.sqrt(curv[:, c])[:, None]
+                Xs = X * bk.sqrt(curv[:, c])[:, None]
                 hess[c] = Xs.T @ Xs  # numpy dispatches A.T @ A to syrk
     g = X.T @ X if gram else None
     return ShardStatistics(loss=loss, gradient=grad, hessian=hess, gram=g, count=n)
@@ -189,8 +190,8 @@ def objective_value(
     stats: ShardStatistics, W: FloatArray, b: FloatArray, *, lam: float
 ) -> FloatArray:
     """Per-class objective values ``L_b(w_k)`` (K,)."""
-    value = stats.loss + 0.5 * lam * stats.count * np.sum(W * W, axis=0) + np.sum(b * W, axis=0)
-    return np.asarray(value, dtype=np.float64)
+    value: FloatArray = stats.loss + 0.5 * lam * stats.count * (W * W).sum(0) + (b * W).sum(0)
+    return value
 
 
 def objective_hessian(stats: ShardStatistics, *, lam: float) -> FloatArray:
@@ -198,4 +199,6 @@ def objective_hessian(stats: ShardStatistics, *, lam: float) -> FloatArray:
     if stats.hessian is None:
         raise InputError("statistics were computed without Hessians")
     d = stats.hessian.shape[1]
-    return stats.hessian + lam * stats.count * np.eye(d)[None, :, :]
+    eye = backend_of(stats.hessian).eye(d)
+    out: FloatArray = stats.hessian + lam * stats.count * eye[None, :, :]
+    return out

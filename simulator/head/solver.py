@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, NumericalError
+from simulator.head.backend import Array, Backend, backend_of
 
 FloatArray = NDArray[np.float64]
 
@@ -33,7 +33,7 @@ FloatArray = NDArray[np.float64]
 class SolveResult:
     """Solution ``u`` (d x K) of ``H_k u_k = g_k`` and the true residual norms ``||g - H u||``."""
 
-    step: FloatArray
+    step: Array
     residual_norms: FloatArray
     refinements: int
     refactored: bool
@@ -51,6 +51,8 @@ class HessianSolver:
         value is sound; 1e-6 adds about 1e-6 ||g|| to a removal's residual (against ~1e-2 for
         the removal itself) and lets one preconditioned CG step suffice (docs/certified-head.md).
     max_refine : refinement steps per solve before falling back to a fresh factorisation.
+    backend : the array library (:mod:`simulator.head.backend`); by default that of
+        ``hessians``. Right-hand sides and downdates are moved to it.
     """
 
     def __init__(
@@ -60,14 +62,16 @@ class HessianSolver:
         max_pending_rows: int = 256,
         rtol: float = 1e-6,
         max_refine: int = 6,
+        backend: Backend | None = None,
     ) -> None:
+        self._bk = backend_of(hessians) if backend is None else backend
         if hessians.ndim != 3 or hessians.shape[1] != hessians.shape[2]:
             raise InputError(f"Hessians must have shape (K, d, d), got {hessians.shape}")
         self.max_pending_rows = max_pending_rows
         self.rtol = rtol
         self.max_refine = max_refine
         self.factorisations = 0
-        self._base: FloatArray = np.array(hessians, dtype=np.float64, copy=True)
+        self._base: Array = self._bk.copy(hessians)
         self._clear_pending()
         self._factorise()
 
@@ -78,39 +82,40 @@ class HessianSolver:
         return int(self._base.shape[0]), int(self._base.shape[1])
 
     @property
-    def hessians(self) -> FloatArray:
+    def hessians(self) -> Array:
         """The current matrices, materialised (a copy; O(K r d^2))."""
-        out = self._base.copy()
+        out = self._bk.copy(self._base)
         for k in range(out.shape[0]):
             out[k] -= (self._rows.T * self._coef[:, k]) @ self._rows
-        idx = np.arange(out.shape[1])
-        out[:, idx, idx] -= self._mu
+        if self._mu:
+            out -= self._mu * self._bk.eye(out.shape[1])[None, :, :]
         return out
 
-    def replace(self, hessians: FloatArray) -> None:
+    def replace(self, hessians: Array) -> None:
         """Swap in freshly computed Hessians (refresh, retrain, naive rebuild)."""
-        if hessians.shape != self._base.shape:
+        if tuple(hessians.shape) != tuple(self._base.shape):
             raise InputError(f"Hessian shape {hessians.shape} != {self._base.shape}")
-        self._base = np.array(hessians, dtype=np.float64, copy=True)
+        self._base = self._bk.copy(hessians)
         self._clear_pending()
         self._factorise()
 
     def _clear_pending(self) -> None:
         k, d = self._base.shape[0], self._base.shape[1]
-        self._rows = np.zeros((0, d))
-        self._coef = np.zeros((0, k))
-        self._z = [np.zeros((d, 0)) for _ in range(k)]
-        self._uz = [np.zeros((0, 0)) for _ in range(k)]  # rows @ z[c], kept by bordering
+        bk = self._bk
+        self._rows = bk.zeros((0, d))
+        self._coef = bk.zeros((0, k))
+        self._z = [bk.zeros((d, 0)) for _ in range(k)]
+        self._uz = [bk.zeros((0, 0)) for _ in range(k)]  # rows @ z[c], kept by bordering
         self._mu = 0.0
 
     def _factorise(self) -> None:
         factors = []
         for k in range(self._base.shape[0]):
             try:
-                factors.append(sla.cholesky(self._base[k], lower=True, check_finite=False))
+                factors.append(self._bk.cholesky(self._base[k]))
             except np.linalg.LinAlgError as exc:
                 raise NumericalError(f"Hessian of class {k} is not positive definite") from exc
-        self._factors: list[FloatArray] | None = factors
+        self._factors: list[Array] | None = factors
         self.factorisations += 1
 
     def _fold_pending(self) -> None:
@@ -121,8 +126,10 @@ class HessianSolver:
         self._factors = None
 
     # -------------------------------------------------------------- downdates
-    def downdate_rows(self, rows: FloatArray, coef: FloatArray, *, diagonal: float = 0.0) -> None:
+    def downdate_rows(self, rows: Array, coef: Array, *, diagonal: float = 0.0) -> None:
         """``H_k -= sum_j coef[j, k] rows_j rows_j^T + diagonal * I`` for every class k."""
+        bk = self._bk
+        rows, coef = bk.asarray(rows), bk.asarray(coef)
         k, d = self.shape
         if rows.ndim != 2 or rows.shape[1] != d or coef.shape != (rows.shape[0], k):
             raise InputError(
@@ -131,79 +138,82 @@ class HessianSolver:
         self._mu += diagonal
         if self._factors is None or self._rows.shape[0] + rows.shape[0] > self.max_pending_rows:
             self._fold_pending()
-            nonnegative = bool(np.all(coef >= 0.0))
+            nonnegative = bk.all(coef >= 0.0)
             for c in range(k):
                 if nonnegative:  # removal curvatures: A^T A form, dispatched to syrk
-                    scaled = rows * np.sqrt(coef[:, c])[:, None]
+                    scaled = rows * bk.sqrt(coef[:, c])[:, None]
                     self._base[c] -= scaled.T @ scaled
                 else:
                     self._base[c] -= (rows.T * coef[:, c]) @ rows
             return
         # Z_c = base_c^{-1} U^T for the new rows is computed at the next solve, in the same
         # triangular solves as the right-hand side (one pass over the factor for both).
-        self._rows = np.vstack([self._rows, rows])
-        self._coef = np.vstack([self._coef, coef])
+        self._rows = bk.concat([self._rows, rows])
+        self._coef = bk.concat([self._coef, coef])
 
-    def downdate_dense(self, delta: FloatArray, *, diagonal: float = 0.0) -> None:
+    def downdate_dense(self, delta: Array, *, diagonal: float = 0.0) -> None:
         """``H_k -= delta_k + diagonal * I`` for a dense change (e.g. re-weighting)."""
-        if delta.shape != self._base.shape:
+        delta = self._bk.asarray(delta)
+        if tuple(delta.shape) != tuple(self._base.shape):
             raise InputError(f"downdate shape {delta.shape} != {self._base.shape}")
         self._fold_pending()
         self._base -= delta
         if diagonal:
-            idx = np.arange(self._base.shape[1])
-            self._base[:, idx, idx] -= diagonal
+            self._base -= diagonal * self._bk.eye(self._base.shape[1])[None, :, :]
 
     # ------------------------------------------------------------------ solve
-    def _matvec(self, c: int, x: FloatArray) -> FloatArray:
+    def _matvec(self, c: int, x: Array) -> Array:
         out = self._base[c] @ x - self._mu * x
         if self._rows.shape[0]:
             out -= self._rows.T @ (self._coef[:, c] * (self._rows @ x))
-        return np.asarray(out)
+        return out
 
-    def _cholesky_solve(self, c: int, r: FloatArray) -> FloatArray:
+    def _cholesky_solve(self, c: int, r: Array) -> Array:
         """``base_c^{-1} r`` by two triangular solves (LAPACK's potrs is ~6x slower here)."""
         assert self._factors is not None
-        L = self._factors[c]
-        y = sla.solve_triangular(L, r, lower=True, check_finite=False)
-        return np.asarray(sla.solve_triangular(L, y, lower=True, trans="T", check_finite=False))
+        return self._bk.cho_solve(self._factors[c], r)
 
-    def _extend_z(self, c: int, b: FloatArray) -> FloatArray:
+    def _extend_z(self, c: int, b: Array) -> Array:
         """Solve ``base_c x = b`` and, in the same solves, ``Z`` for rows added since the last
         solve of class c (bordering ``U Z_c``); returns ``base_c^{-1} b``."""
         done = self._z[c].shape[1]
         new_rows = self._rows[done:]
         if not new_rows.shape[0]:
             return self._cholesky_solve(c, b)
-        sol = self._cholesky_solve(c, np.column_stack([new_rows.T, b]))
+        bk = self._bk
+        sol = self._cholesky_solve(c, bk.concat([new_rows.T, b[:, None]], axis=1))
         new = sol[:, :-1]
         old_rows = self._rows[:done]
-        self._uz[c] = np.block(
-            [[self._uz[c], old_rows @ new], [new_rows @ self._z[c], new_rows @ new]]
-        )
-        self._z[c] = np.hstack([self._z[c], new])
-        return np.asarray(sol[:, -1])
+        top = bk.concat([self._uz[c], old_rows @ new], axis=1)
+        bottom = bk.concat([new_rows @ self._z[c], new_rows @ new], axis=1)
+        self._uz[c] = bk.concat([top, bottom])
+        self._z[c] = bk.concat([self._z[c], new], axis=1)
+        return sol[:, -1]
 
     def _woodbury(
-        self, c: int, r: FloatArray, cap: FloatArray | None, base_solve: FloatArray | None = None
-    ) -> FloatArray:
+        self, c: int, r: Array, cap: Array | None, base_solve: Array | None = None
+    ) -> Array:
         """Apply ``(base_c - U^T D_c U)^{-1}`` to r (``cap`` is the r x r capacitance)."""
         x = self._cholesky_solve(c, r) if base_solve is None else base_solve
         if cap is not None:
-            y = np.linalg.solve(cap, self._coef[:, c] * (self._rows @ x))
+            y = self._bk.solve(cap, self._coef[:, c] * (self._rows @ x))
             x = x + self._z[c] @ y
-        return np.asarray(x)
+        return x
 
-    def solve(self, g: FloatArray) -> SolveResult:
-        """Solve ``H_k u_k = g[:, k]`` for every class k to relative residual ``rtol``."""
+    def solve(self, g: Array) -> SolveResult:
+        """Solve ``H_k u_k = g[:, k]`` for every class k to relative residual ``rtol``.
+
+        ``step`` is returned in the solver's backend, ``residual_norms`` in numpy.
+        """
         k, d = self.shape
-        if g.shape != (d, k):
+        g = self._bk.asarray(g)
+        if tuple(g.shape) != (d, k):
             raise InputError(f"right-hand side must be (d, K) = {(d, k)}, got {g.shape}")
         refactored = False
         if self._factors is None:
             self._factorise()
             refactored = True
-        u = np.zeros_like(g)
+        u = self._bk.zeros((d, k))
         res = np.zeros(k)
         refinements = 0
         for c in range(k):
@@ -224,12 +234,12 @@ class HessianSolver:
     def _conjugate_gradients(
         self,
         c: int,
-        x: FloatArray,
-        r: FloatArray,
-        z: FloatArray,
-        cap: FloatArray | None,
+        x: Array,
+        r: Array,
+        z: Array,
+        cap: Array | None,
         tol: float,
-    ) -> tuple[FloatArray, int]:
+    ) -> tuple[Array, int]:
         """Preconditioned CG from ``x`` (residual ``r``, preconditioned ``z``) to ``tol``."""
         p = z
         rz = float(r @ z)
@@ -240,7 +250,7 @@ class HessianSolver:
             alpha = rz / float(p @ hp)
             x = x + alpha * p
             r = r - alpha * hp
-            if float(np.linalg.norm(r)) <= tol:
+            if self._bk.norm(r) <= tol:
                 break
             z = self._woodbury(c, r, cap)
             rz_new = float(r @ z)
@@ -248,7 +258,7 @@ class HessianSolver:
             rz = rz_new
         return x, it
 
-    def _solve_one(self, c: int, b: FloatArray) -> tuple[FloatArray, float, int, bool]:
+    def _solve_one(self, c: int, b: Array) -> tuple[Array, float, int, bool]:
         """Conjugate gradients on the exact matrix, preconditioned by the Woodbury solve.
 
         The preconditioned operator is ``I - mu M^{-1}``: its eigenvalues lie in a cluster of
@@ -259,24 +269,24 @@ class HessianSolver:
         r_rows = self._rows.shape[0]
         cap = None
         if r_rows:
-            cap = np.eye(r_rows) - self._coef[:, c, None] * self._uz[c]
-        bnorm = float(np.linalg.norm(b))
+            cap = self._bk.eye(r_rows) - self._coef[:, c, None] * self._uz[c]
+        bnorm = self._bk.norm(b)
         tol = self.rtol * bnorm
         x = self._woodbury(c, b, cap, base_solve)
         # M x = b exactly for M = base - U^T D U (Cholesky + Woodbury, backward stable), and
         # H = M - mu I, so the residual b - H x is mu x: no product with H is needed here. The
         # returned residual is still the true one, from an explicit product (below).
         r = self._mu * x
-        rnorm = float(np.linalg.norm(r))
+        rnorm = self._bk.norm(r)
         it = 0
         if rnorm > tol:
             z = self._woodbury(c, r, cap)
-            if self._mu * float(np.linalg.norm(z)) <= tol:
+            if self._mu * self._bk.norm(z) <= tol:
                 # a Neumann step: x0 + M^{-1} r0 leaves the residual mu M^{-1} r0 = mu z, again
                 # known without a product with H (the usual case: it saves that product)
                 x, it = x + z, 1
             else:
                 x, it = self._conjugate_gradients(c, x, r, z, cap, tol)
         # certify with the true residual, not the recurrence
-        rnorm = float(np.linalg.norm(b - self._matvec(c, x)))
+        rnorm = self._bk.norm(b - self._matvec(c, x))
         return x, rnorm, it, rnorm <= 1e3 * tol

@@ -26,6 +26,16 @@ def _controller() -> Any:
     return ThreadpoolController()
 
 
+@cache
+def _initial_threads() -> int | None:
+    """BLAS threads before any limit of ours (read once, when the controller is created)."""
+    controller = _controller()
+    if controller is None:  # pragma: no cover
+        return None
+    counts = [int(info["num_threads"]) for info in controller.info() if info["user_api"] == "blas"]
+    return max(counts) if counts else None
+
+
 @contextmanager
 def single_threaded_blas(enabled: bool = True) -> Iterator[None]:
     """Run the body with BLAS limited to one thread (a no-op when ``enabled`` is False)."""
@@ -33,5 +43,19 @@ def single_threaded_blas(enabled: bool = True) -> Iterator[None]:
     if not enabled or controller is None:
         yield
         return
+    _initial_threads()  # record the unlimited count before limiting
     with controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+@contextmanager
+def all_blas_threads() -> Iterator[None]:
+    """Run the body with BLAS's initial thread count, also inside :func:`single_threaded_blas`
+    (a retrain triggered by a single removal is level-3 work: Hessian builds)."""
+    controller = _controller()
+    threads = _initial_threads()
+    if controller is None or threads is None:
+        yield
+        return
+    with controller.limit(limits=threads, user_api="blas"):
         yield

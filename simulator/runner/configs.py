@@ -34,6 +34,9 @@ def head_config(scenario: Scenario) -> HeadConfig:
         report_exact=h.report_exact,
         tol=h.tol,
         refresh_every=h.refresh_every,
+        retrain=h.retrain,
+        device=h.device,
+        backend=h.backend,
     )
 
 

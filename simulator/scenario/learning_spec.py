@@ -164,3 +164,16 @@ class HeadSpec(Section):
         ge=0,
         description="Retrain the head every N deletion batches (0 = only on budget).",
     )
+    retrain: Literal["warm", "cold"] = Field(
+        default="warm",
+        description="Retrain from the current head (warm: L-BFGS preconditioned by the removal "
+        "solver's Hessian) or from zero (cold: damped Newton); same optimum and tolerance.",
+    )
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        default="cpu",
+        description="Where the server's head runs: cpu, cuda, or auto (cuda when available).",
+    )
+    backend: Literal["numpy", "torch", "auto"] = Field(
+        default="auto",
+        description="Array library of the head: numpy, torch, or auto (torch on cuda, else numpy).",
+    )

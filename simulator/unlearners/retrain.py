@@ -57,6 +57,8 @@ class Retrain(BaseUnlearner[RetrainOptions]):
         b = np.zeros((d, k))
         if self.options.perturb:
             b = child_rng(seed, "head").normal(0.0, settings.head.sigma, size=(d, k))
+        # a binary task has one column: the head uses b's first (the draw keeps its old size)
+        b = b[:, : data.columns]
         result = train_head(data, b, lam=settings.head.lam, tol=settings.head.tol)
         return RetrainState(featurizer, result.W, seed)
 

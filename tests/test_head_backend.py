@@ -1,0 +1,119 @@
+"""The head on torch (CPU here; the same code path as CUDA) against numpy: same maths."""
+
+import numpy as np
+import pytest
+from helpers import planted_problem
+
+from simulator.errors import ConfigError
+from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData
+from simulator.head.backend import NumpyBackend, TorchBackend, make_backend, resolve
+
+torch = pytest.importorskip("torch")
+RTOL = 1e-9
+
+
+def twin_heads(backend: str, device: str = "cpu", *, reweigh: bool = False, **cfg):
+    X, y = planted_problem(300, 12, 4, seed=3)
+    base = np.random.default_rng(3).uniform(1.0, 2.0, size=300)
+
+    def drift(ids, features, labels):  # a function of the retained rows alone
+        return base[ids] * (1.0 + 0.3 * np.tanh(features[:, 0] * ids.size / 300))
+
+    heads = []
+    for bk in ("numpy", backend):
+        data = LocalHeadData(
+            X,
+            y,
+            4,
+            weights=base,
+            reweigh=drift if reweigh else None,
+            backend=make_backend(device if bk != "numpy" else "cpu", bk),
+        )
+        config = HeadConfig(device=device if bk != "numpy" else "cpu", backend=bk, **cfg)
+        heads.append(CertifiedHead(data, config, rng=np.random.default_rng(7)))
+    return heads
+
+
+def assert_same_reports(a, b) -> None:
+    assert a.retrained == b.retrained and a.retrain_reason == b.retrain_reason
+    for key in ("residual_worst", "residual_data", "charged", "cumulative", "epsilon_spent"):
+        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL, abs=1e-13), key
+    if a.residual_exact is not None:
+        assert b.residual_exact == pytest.approx(a.residual_exact, rel=1e-7, abs=1e-12)
+    assert a.retrain_iterations == b.retrain_iterations
+
+
+def run_stream(ref: CertifiedHead, other: CertifiedHead) -> int:
+    np.testing.assert_array_equal(ref.b, other.b)
+    np.testing.assert_allclose(other.W, ref.W, rtol=RTOL, atol=1e-12)
+    retrains = 0
+    batches = [[0], [5], [9, 11, 13], list(range(20, 60)), [61], [62], [63, 64]]
+    for ids in batches:
+        ra, rb = ref.remove(ids), other.remove(ids)
+        assert_same_reports(ra, rb)
+        retrains += ra.retrained
+        np.testing.assert_allclose(other.W, ref.W, rtol=1e-8, atol=1e-11)
+        np.testing.assert_array_equal(ref.b, other.b)
+    np.testing.assert_allclose(other.gradient_norms(), ref.gradient_norms(), rtol=1e-6, atol=1e-11)
+    return retrains
+
+
+@pytest.mark.parametrize("accounting", ["guo", "exact"])
+def test_torch_cpu_head_matches_numpy(accounting: str) -> None:
+    ref, other = twin_heads("torch", accounting=accounting, sigma=0.5, lam=1e-2)
+    assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)
+    assert isinstance(other._W, torch.Tensor)
+    assert run_stream(ref, other) >= 1  # the budget forces (warm) retrains on both
+
+
+def test_torch_cpu_head_matches_numpy_with_reweighting() -> None:
+    ref, other = twin_heads("torch", reweigh=True, sigma=0.5, lam=1e-2)
+    run_stream(ref, other)
+
+
+def test_torch_cold_retrain_and_rebuild_path_match_numpy() -> None:
+    ref, other = twin_heads("torch", retrain="cold", hessian_mode="rebuild", sigma=0.5, lam=1e-2)
+    run_stream(ref, other)
+
+
+def test_numpy_head_on_torch_rows_and_back() -> None:
+    """Data and head may sit on different backends: statistics move at the boundary."""
+    X, y = planted_problem(200, 6, 3, seed=1)
+    ref = CertifiedHead(LocalHeadData(X, y, 3), HeadConfig(), rng=np.random.default_rng(0))
+    mixed = CertifiedHead(
+        LocalHeadData(X, y, 3, backend=TorchBackend("cpu")),
+        HeadConfig(),
+        rng=np.random.default_rng(0),
+    )
+    np.testing.assert_allclose(mixed.W, ref.W, rtol=RTOL)
+    assert_same_reports(ref.remove([4, 8]), mixed.remove([4, 8]))
+
+
+def test_solver_on_torch_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    k, d = 3, 20
+    A = rng.normal(size=(k, d, d))
+    H = A @ A.transpose(0, 2, 1) + d * np.eye(d)
+    rows, coef = rng.normal(size=(5, d)) * 0.3, rng.uniform(0, 0.25, size=(5, k))
+    g = rng.normal(size=(d, k))
+    out = []
+    for bk in (NumpyBackend(), TorchBackend("cpu")):
+        s = HessianSolver(bk.asarray(H), backend=bk)
+        s.downdate_rows(rows, coef, diagonal=0.5)
+        r = s.solve(g)
+        out.append((bk.to_numpy(r.step), r.residual_norms, bk.to_numpy(s.hessians)))
+    np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-10)
+    np.testing.assert_allclose(out[1][2], out[0][2], rtol=1e-12)
+    assert np.all(out[1][1] <= 1e-6 * np.linalg.norm(g, axis=0))
+
+
+def test_device_settings() -> None:
+    assert resolve("cpu", "auto") == ("cpu", "numpy")
+    assert resolve("cpu", "torch") == ("cpu", "torch")
+    assert resolve("cuda", "auto") == ("cuda", "torch")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve("auto", "auto")[0] == expected
+    with pytest.raises(ConfigError):
+        HeadConfig(device="cuda", backend="numpy")
+    with pytest.raises(ConfigError):
+        HeadConfig(device="tpu")  # type: ignore[arg-type]
