@@ -37,7 +37,8 @@ def twin_heads(backend: str, device: str = "cpu", *, reweigh: bool = False, **cf
 def assert_same_reports(a, b) -> None:
     assert a.retrained == b.retrained and a.retrain_reason == b.retrain_reason
     for key in ("residual_worst", "residual_data", "charged", "cumulative", "epsilon_spent"):
-        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL, abs=1e-13), key
+        # abs: charges at the training tolerance are rounding noise (1e-13) next to budgets ~1
+        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL, abs=1e-9), key
     if a.residual_exact is not None:
         assert b.residual_exact == pytest.approx(a.residual_exact, rel=1e-7, abs=1e-12)
     assert a.retrain_iterations == b.retrain_iterations
