@@ -18,6 +18,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+#: Flower's default port of a SuperNode's Runtime API (on 127.0.0.1).
+SUPERNODE_PORT = 9094
+#: Opt-in to shorter SuperNode waits (seconds; see ``server/flower/flwr_internals.py``).
+POLL_ENV = "UNLEARNSIM_FLOWER_POLL"
+
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",

@@ -33,7 +33,15 @@ def head_config(scenario: Scenario) -> HeadConfig:
         bound=h.bound,
         tol=h.tol,
         refresh_every=h.refresh_every,
+        report_exact=reports_exact_residual(scenario),
     )
+
+
+def reports_exact_residual(scenario: Scenario) -> bool:
+    """``head.report_exact``, whose default is off on flower-deploy (a round trip to every
+    client costs most of a deletion batch there, docs/flower.md) and on elsewhere."""
+    chosen = scenario.head.report_exact
+    return chosen if chosen is not None else scenario.transport != "flower-deploy"
 
 
 def decorrelation_config(scenario: Scenario) -> DecorrelationConfig:

@@ -129,6 +129,12 @@ class HeadSpec(Section):
         description="Residual charged to the budget: exact gradient norm (default; one "
         "gradient round, the tightest valid number), data-dependent bound or worst-case bound.",
     )
+    report_exact: bool | None = Field(
+        default=None,
+        description="Also compute the exact residual after every removal when the bound does "
+        "not charge it (a diagnostic: the events' residual_exact; one more round trip to every "
+        "client per batch). Default: on, except on flower-deploy.",
+    )
     tol: float = Field(default=1e-8, gt=0, description="Gradient-norm tolerance of head training.")
     refresh_every: int = Field(
         default=0,
