@@ -82,7 +82,7 @@ def pack(groups: Groups) -> ArrayRecord:
     offset = 0
     for group, arrays in groups.items():
         for name, value in arrays.items():
-            arr = np.ascontiguousarray(value)
+            arr = np.asarray(value, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
             if arr.dtype.hasobject:
                 raise TypeError(f"cannot pack object array {group}/{name}")
             data = arr.tobytes()
@@ -112,7 +112,7 @@ def unpack(record: ArrayRecord) -> dict[str, dict[str, NDArray[Any]]]:
             raise ValueError(f"malformed packed array {group}/{name}")
         flat = np.frombuffer(blob, dtype=kind, count=length // max(kind.itemsize, 1),
                              offset=base + offset)  # fmt: skip
-        out.setdefault(group, {})[name] = flat.reshape(shape).copy()
+        out.setdefault(group, {})[name] = flat.reshape(tuple(shape)).copy()
     return out
 
 

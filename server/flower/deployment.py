@@ -47,12 +47,14 @@ def run_deployed(
     plots: bool = True,
     stream: StreamSettings | None = None,
     superlink_env: dict[str, str] | None = None,
+    stock: bool = False,
 ) -> RunResult:
     """Run ``scenario`` on the Deployment Engine; outputs in ``folder`` (the ServerApp's).
 
     ``stream``: consume the Kafka requests topic instead of the scenario's stream.
     ``superlink_env``: extra environment of a SuperLink started here, which its ServerApp
     inherits (``UNLEARNSIM_METRICS_PORT`` serves the run's metrics from there).
+    ``stock``: start Flower's own SuperNodes with Flower's own waits (no warm workers).
     """
     console = console or Console()
     folder = folder.resolve()
@@ -62,7 +64,12 @@ def run_deployed(
     flower.mkdir(exist_ok=True)
     scenario_file.write_text(scenario_to_yaml(scenario))
     local = (
-        LocalFederation(flower, scenario.partition.num_clients, superlink_env=superlink_env or {})
+        LocalFederation(
+            flower,
+            scenario.partition.num_clients,
+            superlink_env=superlink_env or {},
+            **({"warm": False, "poll": None} if stock else {}),
+        )
         if superlink is None
         else nullcontext(None)
     )
