@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from server.flower.environment import flower_env
-from server.flower.processes import FlowerProcessError, LocalFederation
+from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
 from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
 from server.processes import executable
 from simulator.scenario import Scenario, scenario_to_yaml
@@ -68,7 +68,8 @@ def run_deployed(
             flower,
             scenario.partition.num_clients,
             superlink_env=superlink_env or {},
-            **({"warm": False, "poll": None} if stock else {}),
+            warm=not stock,
+            poll=None if stock else LOCAL_POLL,
         )
         if superlink is None
         else nullcontext(None)
