@@ -22,7 +22,7 @@ process, for each client count; for each run:
 ``--idle SECONDS`` also measures the CPU an idle local Deployment Engine fleet burns (the
 SuperLink, SuperNodes and workers, summed over the process trees, in % of one core) after it
 settled: warm SuperNodes with the opt-in 0.05 s polls, warm with Flower's own waits, and stock
-``flower-supernode`` processes (a SuperExec each, polling every 0.1 s as
+``flower-supernode`` processes (a SuperExec each, polling every 0.5 s as
 ``server/flower/environment.py`` sets).
 
 Prints a table and writes ``bench/results/federation.json`` (run folders under

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import os
 import select
 import sys
@@ -39,13 +40,18 @@ import httpx
 from server.flower import flwr_internals as fi
 from server.processes import alive
 
-#: The ClientApp a worker serves, and what its handlers import on first use.
+#: The ClientApp a worker serves, and what its handlers import on first use: torch (through
+#: ``clients.build``), and ``torch._dynamo``, which the first ``torch.optim`` optimizer imports
+#: (1.5 s of CPU that every FedAvg message paid in its fresh process).
 APP_REF = "clients.client_app:app"
-PRELOAD = ("clients.build",)
+PRELOAD = ("clients.build", "torch._dynamo")
 #: Without a wake-up pipe, the worker polls its SuperNode from this pause upwards.
 FIRST_POLL = 0.01
 #: Pause after the SuperNode's Runtime API refused a connection (it is still starting).
 RETRY = 0.1
+#: Exit status bits of a serving child: the app answered with an error reply; the FAB was
+#: not the preloaded code and was served the stock way (1: the child itself failed).
+APP_FAILED, STOCK = 2, 4
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,7 @@ class WarmApp:
             raise TypeError(f"{ref} is not a flwr ClientApp")
         top = module_name.split(".")[0]
         root = Path(sys.modules[top].__file__ or "").resolve().parent.parent
-        # the project's packages: top-level packages that live directly in ``root``
-        packages = frozenset(
-            name
-            for name, m in list(sys.modules.items())
-            if "." not in name and (f := _module_file(m)) is not None and f.parent.parent == root
-        )
+        packages = project_packages(top, root)
         loaded = {
             f.relative_to(root).as_posix()
             for name, m in list(sys.modules.items())
@@ -122,6 +123,21 @@ class WarmApp:
         return fi.load_fab_app(fab)
 
 
+def project_packages(top: str, root: Path) -> frozenset[str]:
+    """The top-level packages shipped with ``top``: its distribution's (``unlearnsim``:
+    clients, server, simulator), else, for a source tree on ``sys.path``, the imported
+    packages that sit next to it in ``root``."""
+    owners = importlib.metadata.packages_distributions()
+    dists = set(owners.get(top, []))
+    if dists:
+        return frozenset(name for name, ds in owners.items() if dists & set(ds))
+    return frozenset(
+        name
+        for name, m in list(sys.modules.items())
+        if "." not in name and (f := _module_file(m)) is not None and f.parent.parent == root
+    )
+
+
 def _module_file(module: object) -> Path | None:
     path = getattr(module, "__file__", None)
     return Path(path).resolve() if isinstance(path, str) else None
@@ -143,6 +159,7 @@ def serve(
     """
     client = fi.acquire_client(address)
     pause = FIRST_POLL
+    trusted: set[str] = set()  # FAB hashes found to carry exactly the preloaded code
     while node_pid is None or alive(node_pid):
         try:
             task = fi.acquire_task(client)
@@ -150,7 +167,7 @@ def serve(
             time.sleep(RETRY)
             continue
         if task is not None:
-            serve_forked(address, task, app)
+            serve_forked(address, task, app, trusted)
             pause = FIRST_POLL
         elif wake is not None:
             if not _wait_for_wake(wake, idle):
@@ -168,17 +185,35 @@ def _wait_for_wake(fd: int, timeout: float) -> bool:
     return True
 
 
-def serve_forked(address: str, task: fi.AcquiredTask, app: WarmApp) -> int:
-    """Serve ``task`` in a child of this process; returns the child's exit status."""
+def serve_forked(
+    address: str, task: fi.AcquiredTask, app: WarmApp, trusted: set[str] | None = None
+) -> int:
+    """Serve ``task`` in a child of this process; returns the child's exit status.
+
+    ``trusted``: FAB hashes already found to be the preloaded code (their check is skipped);
+    the task's FAB is added when the child served it with the preloaded app.
+    """
+    trusted = set() if trusted is None else trusted
     sys.stdout.flush()
     sys.stderr.flush()
     started = time.perf_counter()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: serve, then leave without running the parent's cleanup
         code = 1
+        stock = False
+
+        def choose(fab: fi.FabInfo) -> fi.ClientApp:
+            nonlocal stock
+            chosen = app.app if fab.fab_hash in trusted else app.choose(fab)
+            stock = chosen is not app.app
+            return chosen
+
         try:
-            die_with_parent()
-            code = 0 if fi.serve_task(address, task.token, app.choose) else 3
+            die_with_parent(parent)
+            code = (0 if fi.serve_task(address, task.token, choose) else APP_FAILED) | (
+                STOCK if stock else 0
+            )
         except BaseException:
             traceback.print_exc()
         finally:
@@ -188,14 +223,16 @@ def serve_forked(address: str, task: fi.AcquiredTask, app: WarmApp) -> int:
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
-    if code not in (0, 3):  # 3: the app raised, already answered with an error reply
+    if code in (0, APP_FAILED):
+        trusted.add(task.fab_hash)
+    elif code not in (STOCK, STOCK | APP_FAILED):
         print(f"task {task.task_id}: the serving process ended with {code}", file=sys.stderr)
     print(f"task {task.task_id} of run {task.run_id}: {seconds:.3f} s, exit {code}", flush=True)
     return code
 
 
-def die_with_parent() -> None:
-    """Have the kernel send SIGTERM to this process when its parent exits (Linux)."""
+def die_with_parent(parent: int) -> None:
+    """Have the kernel send SIGTERM to this process when ``parent`` exits (Linux)."""
     if sys.platform != "linux":
         return
     import ctypes
@@ -203,3 +240,5 @@ def die_with_parent() -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent was gone before the call
+        os._exit(1)

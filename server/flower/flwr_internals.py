@@ -253,7 +253,11 @@ def serve_task(address: str, token: str, choose: Callable[[FabInfo], ClientApp])
             reply = Message(Error(code=code, reason=details), reply_to=message)
     finally:
         if reply is not None and context is not None:
-            run_clientapp.push_message(client, reply, context)
+            try:
+                run_clientapp.push_message(client, reply, context)
+            except Exception as ex:  # the run may have ended meanwhile
+                log(logging.ERROR, "Failed to push reply message", exc_info=ex)
+                status, details = SubStatus.FAILED, f"pushing the reply failed: {ex}"
         run_clientapp.push_task_output(
             client=client, context=context, sub_status=status, details=details
         )

@@ -36,6 +36,8 @@ from server.flower.environment import SUPERNODE_PORT
 from server.processes import HOST
 from simulator.errors import ConfigError
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -98,7 +100,7 @@ class Launcher:
         if self.polling is not None:
             fi.apply_pull_backoff(self.polling.fast)
         gc.freeze()  # fewer pages copied into the children
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._stop)
         for node in self.nodes:
             read, write = os.pipe()
@@ -150,15 +152,20 @@ class Launcher:
     def _fork(self, role: str, node: NodeSpec, main: Any) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        # no signal may run the launcher's handler in the child before it resets them
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        parent = os.getpid()
         pid = os.fork()
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             self.children[pid] = Child(role, node, pid)
             return
         code = 1
         try:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
-            die_with_parent()
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            die_with_parent(parent)
             self._redirect(role, node)
             if len(self.nodes) > 1:  # one Flower home per node (installed FABs, state)
                 home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
