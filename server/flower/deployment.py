@@ -30,7 +30,7 @@ from server.processes import executable
 from simulator.scenario import Scenario, scenario_to_yaml
 
 if TYPE_CHECKING:  # the run itself needs no torch here: imported once the run is over
-    from simulator.runner import RunResult
+    from simulator.runner.result import RunResult
 
 CONNECTION = "unlearnsim"
 TRANSPORT_FILE = "transport.json"  # the ServerApp's last file (server/server_app.py)
@@ -93,8 +93,8 @@ def run_deployed(
             fed.wait_ready()  # the SuperNodes imported torch while `flwr run` submitted
         console.print(f"Flower run {run_id} submitted; waiting for it to finish")
         events = folder / ("kafka_events.jsonl" if config.kafka.enabled else "events.jsonl")
-        status = _wait(home, run_id, events, folder, console, wall_limit)
-    from simulator.runner import RunResult
+        status = _wait(home, run_id, events, folder, console, wall_limit, fed)
+    from simulator.runner.result import RunResult
 
     if status != "finished:completed":
         raise FlowerProcessError(
@@ -185,35 +185,48 @@ def stage_app(dest: Path) -> Path:
 
 
 def _wait(
-    home: Path, run_id: str, events: Path, folder: Path, console: Console, wall_limit: float
+    home: Path,
+    run_id: str,
+    events: Path,
+    folder: Path,
+    console: Console,
+    wall_limit: float,
+    fed: LocalFederation | None = None,
 ) -> str:
     """Wait for the run's status to be final, echoing new events; stop it past ``wall_limit``.
 
-    ``flwr ls`` is a process start (a second of CPU), so it is asked every 10 s, and at once
-    and then every 0.5 s once the ServerApp has written its last file (``transport.json``) in
-    a local run folder.
+    ``flwr ls`` is a process start (one to several seconds on a loaded machine), so it is
+    asked every 10 s, and every 0.5 s once the ServerApp has written its last file
+    (``transport.json``) in a local run folder; with a local SuperLink (``fed``), only once
+    its ServerApp process has exited (usually one call).
     """
     started = time.time()
     deadline = time.monotonic() + wall_limit
     # an output folder reused from an earlier run keeps its events: show only the new ones
     shown = len(events.read_text().splitlines()) if events.exists() else 0
     next_ask = time.monotonic() + 10.0
-    ending = False
+    ending = None
     while True:
         shown = _echo_events(events, shown, console)
-        if not ending and _written_since(folder / TRANSPORT_FILE, started):
-            ending, next_ask = True, 0.0
-        if time.monotonic() >= next_ask:
+        if ending is None and _written_since(folder / TRANSPORT_FILE, started):
+            ending, next_ask = time.monotonic(), 0.0
+        exiting = (
+            ending is not None
+            and fed is not None
+            and time.monotonic() < ending + 10.0
+            and fed.serverapp_running()
+        )
+        if time.monotonic() >= next_ask and not exiting:
             runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
             status = str(runs[0]["status"]) if runs else "unknown"
             if status.startswith("finished"):
                 _echo_events(events, shown, console)
                 return status
-            next_ask = time.monotonic() + (0.5 if ending else 10.0)
+            next_ask = time.monotonic() + (0.5 if ending is not None else 10.0)
         if time.monotonic() > deadline:
             _flwr(home, ["stop", run_id, CONNECTION], timeout=120)
             raise FlowerProcessError(f"Flower run {run_id} exceeded {wall_limit:g} s; stopped")
-        time.sleep(0.2)
+        time.sleep(0.1 if ending is not None else 0.2)
 
 
 def _written_since(path: Path, since: float) -> bool:

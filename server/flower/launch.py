@@ -20,7 +20,7 @@ from server.kafka.options import uses_kafka
 from simulator.scenario import Scenario
 
 if TYPE_CHECKING:
-    from simulator.runner import RunResult
+    from simulator.runner.result import RunResult
 
 
 def metrics_env(args: argparse.Namespace) -> dict[str, str]:

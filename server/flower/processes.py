@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from server.flower.environment import POLL_ENV, flower_env
-from server.processes import executable, free_port, stop_trees
+from server.processes import cmdline, descendants, executable, free_port, stop_trees
 from server.processes import wait_for_port as _wait_for_port
 from simulator.errors import UnlearnSimError
 
@@ -99,19 +99,19 @@ class LocalFederation:
             ],
             extra_env={**polling, **self.superlink_env},
         )
-        wait_for_port(port, self.startup_timeout, link, "the SuperLink")
         self.address = f"127.0.0.1:{port}"
         configs = [
             f"partition-id={c} num-partitions={self.num_clients}" for c in range(self.num_clients)
         ]
-        if self.warm:
+        if self.warm:  # its imports take longer than the SuperLink's start: no need to wait
             cmd = [executable("unlearnsim"), "supernode", "--insecure", "--superlink", self.address]
             for config in configs:
                 cmd += ["--node-config", config, "--port", str(free_port())]
             cmd += ["--log-dir", str(self.folder), "--pid-file", str(self.folder / NODES_FILE)]
             cmd += ["--poll", str(self.poll)] if self.poll else []
             self._spawn("supernodes", cmd)
-        else:
+        wait_for_port(port, self.startup_timeout, link, "the SuperLink")
+        if not self.warm:
             for c, config in enumerate(configs):
                 self._spawn(
                     f"supernode-{c}",
@@ -169,6 +169,13 @@ class LocalFederation:
         pids = {name: p.pid for name, p in self.processes.items()} | self.children
         payload = {"superlink": self.address, "pids": pids}
         (self.folder / "processes.json").write_text(json.dumps(payload, indent=2) + "\n")
+
+    def serverapp_running(self) -> bool:
+        """Whether the SuperLink still runs a ``flwr-serverapp`` process."""
+        link = self.processes.get("superlink")
+        if link is None:
+            return False
+        return any("flwr-serverapp" in cmdline(pid) for pid in descendants([link.pid]))
 
     def supernode_pid(self, client_id: int) -> int:
         name = f"supernode-{client_id}"
