@@ -78,7 +78,7 @@ def setup(msg: Message, context: Context) -> Message:
     save_client(context, client)
     reply = {"rows": int(client.sample_ids.size), "digest": digest, **_status(client)}
     # the head's training starts at W = 0 (simulator/head/training.py): answer it now
-    W0 = np.zeros((client.data.dim, client.data.num_classes))
+    W0 = np.zeros((client.data.dim, client.data.columns))
     first = client.statistics(W0, hessian=True, gram=True)
     out = {rec.RESULT: encode_statistics(first)}
     if bool(cfg.get("weights", False)):
@@ -154,5 +154,5 @@ def _status(client: FederatedClient) -> dict[str, float | int]:
         "deletion-batches": client.deletion_batches,
     }
     if client.last_weights is not None:
-        out.update({f"w_{k}": float(v) for k, v in vars(client.last_weights).items()})
+        out.update({f"w_{k}": v for k, v in client.last_weights.to_flat().items()})
     return out

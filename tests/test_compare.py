@@ -42,8 +42,8 @@ data:
 partition: {kind: iid, num_clients: 3}
 model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 1, local_epochs: 2, batch_size: 32}
 rff: {dim: 24}
-decorrelation: {features: 6, steps: 5, warm_steps: 2}
-head: {bound: exact}
+decorrelation: {features: 6, steps: 5}
+head: {accounting: exact}
 stream:
   max_batch_requests: 5
   phases:
@@ -117,7 +117,7 @@ def test_workload_is_the_scenarios_and_deterministic() -> None:
     assert [s.tolist() for s in c.steps] != [s.tolist() for s in a.steps]
     settings = settings_from_scenario(scenario)
     assert settings.epochs == 2 and settings.rff_dim == 24 and settings.rff_bandwidth is None
-    assert settings.head.bound == "exact" and settings.decorrelation.steps == 5
+    assert settings.head.accounting == "exact" and settings.decorrelation.steps == 5
 
 
 # ------------------------------------------------------------------------ end to end

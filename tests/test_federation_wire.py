@@ -16,7 +16,7 @@ from simulator.federation.codec import (
     encode_statistics,
 )
 
-PLAN = WeightingPlan(DecorrelationConfig(features=4, steps=15, warm_steps=4), seed=5)
+PLAN = WeightingPlan(DecorrelationConfig(features=4, steps=15), seed=5)
 
 
 def client(weighting: WeightingPlan | None = PLAN) -> tuple[FederatedClient, np.ndarray]:

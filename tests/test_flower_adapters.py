@@ -85,11 +85,16 @@ def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path)
     received = grid.unlearn_messages()
     assert received[0] == received[2] == 0 and received[1] >= 1
     assert ref_clients["1"]["deletion_batches"] == received[1]
-    # the statistics cache: one round trip per Newton iteration, none for the first
+    # the statistics cache: one round trip per Newton iteration (at the start and in every
+    # retrain), none for the first at the start (a retrain's first, at W = 0, is one), and one
+    # per batch (its exact residual)
     transport = json.loads((out / "transport.json").read_text())["messages"]
     start = lines(out / "events.jsonl")[0]
-    batches = sum(1 for e in lines(out / "events.jsonl") if e["event"] == "deletion_batch")
-    assert transport["query.gradhess"]["round_trips"] <= start["head_newton_iterations"] + batches
+    batches = [e for e in lines(out / "events.jsonl") if e["event"] == "deletion_batch"]
+    newton = start["head_newton_iterations"] + sum(
+        b["retrain_newton_iterations"] + 1 for b in batches if b["retrained"]
+    )
+    assert transport["query.gradhess"]["round_trips"] <= newton + len(batches)
     # the retrained reference (checkpoint 4) read the weights that setup and every deletion
     # sent along: no query.weights round trip
     assert any(e.get("checkpoints") for e in lines(out / "events.jsonl"))
@@ -103,7 +108,7 @@ def test_a_deletion_batch_is_one_round_trip_unless_the_exact_residual_is_needed(
     """A bound that is charged (not the exact residual) needs no gradient round: on
     flower-deploy each batch is one round trip to the owners only; ``head.report_exact``
     brings back the diagnostic round to every client, and changes nothing else."""
-    charged = ["head.bound=data", "head.epsilon=1000000"]  # a budget no batch exceeds
+    charged = ["head.accounting=guo", "head.epsilon=1000000"]  # a budget no batch exceeds
     runs = {}
     for name, extra in (("default", []), ("report", ["head.report_exact=true"])):
         grid = LoopbackGrid(3)

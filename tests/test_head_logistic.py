@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from simulator.errors import InputError
 from simulator.head.logistic import (
     ShardStatistics,
+    head_columns,
     objective_gradient,
     objective_hessian,
     objective_value,
+    predict_classes,
     shard_statistics,
     signed_labels,
 )
@@ -35,9 +37,10 @@ def test_gradient_and_hessian_match_autograd(n: int, d: int, k: int, seed: int) 
     rng = np.random.default_rng(seed)
     X, y = planted_problem(n, d, k, seed=seed)
     Y = signed_labels(y, k)
+    cols = head_columns(k)
     a = rng.uniform(0.2, 3.0, size=n)
-    W = rng.normal(size=(d, k)) * 2
-    b = rng.normal(size=(d, k))
+    W = rng.normal(size=(d, cols)) * 2
+    b = rng.normal(size=(d, cols))
     lam = 0.01
     stats = shard_statistics(X, Y, a, W, hessian=True)
 
@@ -50,7 +53,7 @@ def test_gradient_and_hessian_match_autograd(n: int, d: int, k: int, seed: int) 
     )
     np.testing.assert_allclose(objective_gradient(stats, W, b, lam=lam), grad.numpy(), atol=1e-10)
     H = objective_hessian(stats, lam=lam)
-    for c in range(k):
+    for c in range(cols):
 
         def fc(w, c=c):
             Wc = tW.detach().clone()
@@ -82,7 +85,7 @@ def test_shard_sums_equal_full_data() -> None:
 def test_negative_weight_changes_give_signed_hessians() -> None:
     X, y = planted_problem(30, 4, 2, seed=1)
     Y = signed_labels(y, 2)
-    W = np.ones((4, 2))
+    W = np.ones((4, 1))
     a = np.linspace(-1.0, 1.0, 30)
     H = shard_statistics(X, Y, a, W, hessian=True).hessian
     p = 1 / (1 + np.exp(-Y[:, 0] * (X @ W[:, 0])))
@@ -95,7 +98,17 @@ def test_bad_shapes_and_labels() -> None:
         signed_labels(np.array([0, 3]), 3)
     X, y = planted_problem(10, 3, 2, seed=0)
     with pytest.raises(InputError):
-        shard_statistics(X, signed_labels(y, 2), np.ones(9), np.zeros((3, 2)))
+        shard_statistics(X, signed_labels(y, 2), np.ones(9), np.zeros((3, 1)))
+
+
+def test_binary_labels_are_one_column() -> None:
+    y = np.array([0, 1, 1, 0])
+    np.testing.assert_array_equal(signed_labels(y, 2), [[-1.0], [1.0], [1.0], [-1.0]])
+    assert head_columns(2) == 1 and head_columns(3) == 3
+    np.testing.assert_array_equal(predict_classes(np.array([[-0.5], [2.0]])), [0, 1])
+    np.testing.assert_array_equal(predict_classes(np.array([[0.1, 0.3, -1.0]])), [1])
+    with pytest.raises(InputError):
+        head_columns(1)
 
 
 def test_gram_matrix_with_pending_rows_equals_the_downdated_matrix() -> None:

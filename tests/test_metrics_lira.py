@@ -53,7 +53,7 @@ def test_lira_detects_members_of_a_memorising_head() -> None:
     lam, sigma = 1e-3, 0.01
     refs = train_references(X, y, np.arange(400), 2, count=16, lam=lam, sigma=sigma, rng=rng)
     assert refs.members.sum(axis=1).tolist() == [200] * 16
-    b = rng.normal(0, sigma, size=(60, 2))
+    b = rng.normal(0, sigma, size=(60, 1))  # a binary task is one column
     W = train_head(LocalHeadData(X[members], y[members], 2), b, lam=lam).W
 
     def scores(ids: np.ndarray) -> np.ndarray:

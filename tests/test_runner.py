@@ -22,7 +22,6 @@ SMALL = [
     "model.rounds=1",
     "rff.dim=64",
     "decorrelation.steps=10",
-    "decorrelation.warm_steps=3",
     "stream.phases.0.ticks=3",
     "stream.phases.1.ticks=3",
     "stream.phases.2.ticks=3",

@@ -35,8 +35,8 @@ SETTINGS = ModelSettings(
     batch_size=16,
     lr=1e-2,
     rff_dim=24,
-    head=HeadConfig(bound="exact"),
-    decorrelation=DecorrelationConfig(features=6, steps=5, warm_steps=2),
+    head=HeadConfig(),
+    decorrelation=DecorrelationConfig(features=6, steps=5),
     device="cpu",
 )
 

@@ -150,6 +150,11 @@ def test_cr_and_decoremoval_share_features_and_differ_in_weights() -> None:
     w1 = dr.head.data.weights
     assert w1[0] == 0.0 and w1.sum() == pytest.approx(DATA.n - 2)
     assert not np.allclose(w1[2:], w0[2:])  # every retained weight was refitted
+    # ... cold, on the retained rows alone: exactly a from-scratch fit on them
+    refit = dr.head.data._reweigh
+    keep = np.arange(2, DATA.n)
+    cold = refit(keep, dr.head.data.features[keep], DATA.y[keep])
+    np.testing.assert_allclose(w1[2:], cold, rtol=1e-9)
 
 
 # ------------------------------------------------------------------------------- SSD
@@ -193,8 +198,8 @@ def test_project_to_ball() -> None:
     assert project_to_ball(layer, 100.0) == pytest.approx(4.0, rel=1e-6)
 
 
-def test_balanced_decoremoval_keeps_every_classs_weight_mass() -> None:
-    u = fit("decoremoval", balance_classes=True)
+def test_class_conditional_decoremoval_keeps_every_classs_weight_mass() -> None:
+    u = fit("decoremoval", objective="class_conditional")
     y = DATA.y
 
     def masses(w: np.ndarray, keep: np.ndarray) -> tuple[list[float], list[int]]:
@@ -210,4 +215,5 @@ def test_balanced_decoremoval_keeps_every_classs_weight_mass() -> None:
     got, want = masses(u.head.data.weights, keep)
     np.testing.assert_allclose(got, want)
     report = create_unlearner("decoremoval", SETTINGS).fit(DATA, seed=5)
-    assert 0 < report.info["class_mass_min_ratio"] <= 1.0
+    shares = [report.info[f"class_mass_{c}"] for c in range(3)]
+    assert sum(shares) == pytest.approx(1.0) and min(shares) > 0

@@ -50,7 +50,7 @@ def row_weights(arrays: Mapping[str, Mapping[str, NDArray[Any]]]) -> FloatArray 
 def weight_report(reply: ConfigRecord) -> WeightReport | None:
     """The weight spread a client reported (``w_*`` entries), if any."""
     spread = {k[2:]: rec.get_number(reply, k) for k in reply if k.startswith("w_")}
-    return WeightReport(**spread) if spread else None
+    return WeightReport.from_flat(spread) if spread else None
 
 
 class FlowerClientChannel:

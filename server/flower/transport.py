@@ -43,7 +43,7 @@ def needs_exact_residual(config: HeadConfig) -> bool:
     opt-in diagnostic (``head.report_exact``, off by default on flower-deploy). Without it a
     deletion batch is one round trip, to the clients that own the rows.
     """
-    return config.bound == "exact" or config.report_exact
+    return config.computes_exact
 
 
 class FlowerTransport:

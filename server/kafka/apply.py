@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from server.kafka.ledger import Ledger
 from simulator.head import RemovalReport
-from simulator.runner.loop import expand
+from simulator.runner.loop import expand, receipt
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionReceipt, DeletionRequest
 
@@ -74,15 +74,7 @@ def apply_requests(
     outcome: dict[str, DeletionReceipt] = {}
     for req in fresh:
         reason = rejected.get(req.request_id)
-        outcome[req.request_id] = DeletionReceipt(
-            request_id=req.request_id,
-            status="rejected" if reason else "applied",
-            reason=reason,
-            model_version=version,
-            residual=None if reason or report is None else report.charged,
-            epsilon_spent=None if reason else head.epsilon_spent,
-            applied_at=now,
-        )
+        outcome[req.request_id] = receipt(req, reason, head, report, now)
         ledger.record(req.request_id, "rejected" if reason else "applied", version)
     receipts: list[DeletionReceipt] = []
     for req in requests:

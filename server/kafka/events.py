@@ -12,7 +12,7 @@ from typing import Any
 
 from server.kafka.apply import BatchResult
 from server.kafka.checkpoint import StreamState
-from simulator.runner.loop import certificate_section, removal_fields
+from simulator.runner.loop import certificate_section, removal_fields, weight_reports
 from simulator.runner.setup import Federation
 
 COUNTERS = ("records", "applied", "rejected", "duplicates", "dead_letters", "samples", "batches")
@@ -38,6 +38,8 @@ def totals(fed: Federation, state: StreamState) -> dict[str, Any]:
         "model_version": head.model_version,
         "retrains": head.retrains,
         "epsilon_spent": head.epsilon_spent,
+        "delta": head.config.delta,
+        "accounting": head.config.accounting,
         "budget_used_ratio": head.cumulative_residual / head.budget,
         "retained": fed.head_data.retained_count,
         "offsets": {str(p): o for p, o in sorted(state.offsets.items())},
@@ -67,4 +69,5 @@ def batch_event(
         routing = fed.head_data.last_routing
         event["clients"] = {str(k): v for k, v in sorted(routing.items())}
         event.update(removal_fields(report), certificate=certificate_section(fed, report))
+        event["decorrelation"] = weight_reports(fed, sorted(routing))
     return event

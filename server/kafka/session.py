@@ -37,6 +37,8 @@ SUMMARY_KEYS = (
     "model_version",
     "retrains",
     "epsilon_spent",
+    "delta",
+    "accounting",
     "wall_seconds",
 )
 

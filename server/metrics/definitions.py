@@ -2,8 +2,8 @@
 
 Names carry the ``unlearn_`` prefix and follow Prometheus conventions: base units,
 ``_total`` counters, ``_seconds``, ``_ratio`` for 0-1 values. Label values are bounded (splits,
-attacks, FPRs, comparisons, detectors, streams, reasons, bound kinds, pipeline stages, and
-client indices up to a cap); no request or sample id is ever a label.
+attacks, FPRs, comparisons, detectors, streams, reasons, bound kinds, accounting modes,
+pipeline stages, classes, and client indices up to a cap); no request or sample id is ever a label.
 """
 
 from __future__ import annotations
@@ -111,13 +111,45 @@ METRICS: tuple[MetricDef, ...] = (
     ),
     _c("drift_detections_total", "Alarms of the online change detectors.", "detector", "stream"),
     # ---- certificate
-    _g("cr_residual", "Gradient residual of the last removal, by bound kind.", "bound"),
-    _g("cr_residual_cumulative", "Residual accumulated since the last (re)training."),
+    _g(
+        "cr_residual",
+        "Last removal's residual (L2 over the stacked head): the step's worst-case and "
+        "data-dependent bounds, and the head's exact residual.",
+        "bound",
+    ),
+    _g(
+        "cr_residual_cumulative",
+        "Charge since the last (re)training under the accounting in use (monotone until a "
+        "retrain).",
+    ),
     _g("cr_residual_budget", "Residual budget sigma * epsilon / c."),
-    _g("cr_budget_used_ratio", "Cumulative residual / budget."),
-    _g("cr_epsilon_spent", "Epsilon spent by the cumulative residual, c * beta / sigma."),
+    _g("cr_budget_used_ratio", "Charge since the last retrain / budget."),
+    _g(
+        "cr_epsilon_spent",
+        "Epsilon spent since the last retrain, c * charge / sigma (holds with cr_delta).",
+    ),
     _g("cr_epsilon_target", "Target epsilon of the certificate."),
-    _g("cr_delta", "Delta of the certificate."),
+    _g("cr_delta", "Delta of the certificate (one delta for the whole stacked head)."),
+    _g(
+        "cr_accounting_info",
+        "1 for the accounting mode in use (guo, worst or exact).",
+        "accounting",
+    ),
+    _g(
+        "cr_residual_against_retrain",
+        "Exact residual of the released head on the objective of a retrain from scratch "
+        "(weights fitted cold on the retained rows), at the last checkpoint.",
+    ),
+    # ---- decorrelation weights (per client, after its last fit)
+    _g("decorrelation_effective_sample_ratio", "n_eff / n of a client's weights.", "client"),
+    _g("decorrelation_weight_max", "Largest decorrelation weight of a client.", "client"),
+    _g("decorrelation_weight_min", "Smallest decorrelation weight of a client.", "client"),
+    _g(
+        "decorrelation_class_mass_ratio",
+        "A class's share of a client's weight mass.",
+        "client",
+        "class",
+    ),
     # ---- evaluation cost and per-client
     _h("evaluation_duration_seconds", "Wall time of one evaluation stage.", "stage"),
     _c("retrain_reference_checkpoints_total", "Retrained-reference checkpoints computed."),

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from server.metrics.definitions import build_registry
+from simulator.head import ACCOUNTING_MODES
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
@@ -40,6 +41,8 @@ STAGES = {
 }
 #: Client ids at or above this are exported as client="other".
 MAX_CLIENT_LABELS = 64
+#: Class indices beyond this share the label ``other`` (bounded label values).
+MAX_CLASS_LABELS = 100
 
 
 def _f(value: Any) -> float:
@@ -56,6 +59,15 @@ def client_label(client: int | str) -> str:
     except (TypeError, ValueError):
         return "other"
     return str(c) if 0 <= c < MAX_CLIENT_LABELS else "other"
+
+
+def class_label(cls: int | str) -> str:
+    """Bounded label of a class index (classes above the cap share ``other``)."""
+    try:
+        c = int(cls)
+    except (TypeError, ValueError):
+        return "other"
+    return str(c) if 0 <= c < MAX_CLASS_LABELS else "other"
 
 
 class MetricsExporter:
@@ -125,6 +137,8 @@ class MetricsExporter:
             m["deletion_lag_requests"].set(e["requests"])
         m["cr_residual_budget"].set(_f(e.get("budget")))
         m["cr_residual_cumulative"].set(_f(e.get("training_residual")))
+        self._accounting(e.get("accounting"))
+        self._weights(e.get("decorrelation_weights") or {})
         if isinstance(e.get("budget"), int | float) and e["budget"] > 0:
             m["cr_budget_used_ratio"].set(_f(e.get("training_residual")) / e["budget"])
         for key in ("epsilon_target", "delta"):
@@ -182,6 +196,7 @@ class MetricsExporter:
             ).inc()
         if "certificate" in e:
             self._certificate(e["certificate"])
+        self._weights(e.get("decorrelation") or {})
         self._utility(e.get("metrics", {}))
         if "privacy" in e:
             self._privacy(e["privacy"], reference=False)
@@ -191,8 +206,32 @@ class MetricsExporter:
             self._checkpoint(c)
 
     # ------------------------------------------------------------------ sections
+    def _accounting(self, accounting: Any) -> None:
+        if accounting in ACCOUNTING_MODES:
+            for mode in ACCOUNTING_MODES:
+                self.m["cr_accounting_info"].labels(accounting=mode).set(
+                    1.0 if mode == accounting else 0.0
+                )
+
+    def _weights(self, weights: dict[str, dict[str, float]]) -> None:
+        """Per-client decorrelation fits (``WeightReport.to_flat`` records)."""
+        m = self.m
+        for cid, w in weights.items():
+            label = client_label(cid)
+            m["decorrelation_effective_sample_ratio"].labels(client=label).set(
+                _f(w.get("effective_sample_size_ratio"))
+            )
+            m["decorrelation_weight_max"].labels(client=label).set(_f(w.get("max")))
+            m["decorrelation_weight_min"].labels(client=label).set(_f(w.get("min")))
+            for key, value in w.items():
+                if key.startswith("class_mass_"):
+                    m["decorrelation_class_mass_ratio"].labels(
+                        client=label, **{"class": class_label(key[len("class_mass_") :])}
+                    ).set(_f(value))
+
     def _certificate(self, c: dict[str, Any]) -> None:
         m = self.m
+        self._accounting(c.get("accounting"))
         for bound, value in c.get("residual", {}).items():
             m["cr_residual"].labels(bound=bound).set(_f(value))
         m["cr_residual_cumulative"].set(_f(c.get("cumulative")))
@@ -242,6 +281,8 @@ class MetricsExporter:
         m = self.m
         m["retrain_reference_checkpoints_total"].inc()
         m["head_distance_to_retrain_ratio"].set(_f(c.get("param_distance_relative")))
+        if "residual_against_cold_fit" in c:
+            m["cr_residual_against_retrain"].set(_f(c["residual_against_cold_fit"]))
         for key, value in c.items():
             for prefix, name in (
                 ("reference_accuracy_", "model_accuracy_retrain_reference_ratio"),

@@ -1,55 +1,67 @@
 """Decorrelation sample weights (DecoRemoval section 3.2; StableNet, Zhang et al. CVPR 2021).
 
-The weights solve the paper's problem over ``Delta_n = {w_i > 0, sum_i w_i = n}``:
+The weights solve, over ``Delta_n = {w_i > 0, sum_i w_i = n}``, the paper's problem
 
-    w* = argmin_w  sum_{a < b} || Cov_w(u(Z_a), u(Z_b)) ||_F^2,
+    w* = argmin_w  sum_{a < b} || Sigma_hat_{ab; w} ||_F^2
 
-with ``u(t) = sqrt(2) cos(omega t + phi)`` (``q`` random Fourier functions per column,
-``omega ~ N(0, 1)``, ``phi ~ U(0, 2 pi)``) and, for weights summing to ``n``,
+(``decoremoval.tex``, the optimisation problem of Sec. 3.2), where ``Sigma_hat_{ab; w}`` is a
+weighted cross-covariance of ``u(Z_a)`` and ``u(Z_b)``, ``u(t) = sqrt(2) cos(omega t + phi)``
+with ``q`` random Fourier functions per column (paper eq. 3; :class:`FourierLift`). Which
+covariance is ``config.objective`` (:mod:`simulator.features.dependence` has the formulas):
 
-    Cov_w(A, B) = (1/n) sum_i w_i a_i b_i^T - (sum_i w_i a_i / n)(sum_i w_i b_i / n)^T.
+* ``paper``: the paper's estimator literally, the covariance of the re-weighted features
+  ``w_i u(Z_i)`` (quartic in ``w``);
+* ``stablenet``: the weighted covariance of StableNet's reference code; it can move almost all
+  of the mass off one class (``docs/decorrelation.md``);
+* ``class_conditional``: the paper's estimator within each class, the class masses fixed at the
+  class sizes (``w_c`` sums to ``n_c``): decorrelation that cannot trade one class against
+  another (the paper calls its module "discriminative-preserving" without a formula).
 
-Stacking ``U = [u(Z_1) ... u(Z_p)]`` (n x pq), ``C(w)`` is the weighted covariance of ``U``
-and the objective is ``f(w) = 1/2 ||M o C||_F^2`` where ``M`` masks out the q x q diagonal
-blocks (``1/2`` because ``C`` is symmetric). With ``G = M o C`` and ``m = U^T w / n``,
-
-    df/dw_i = (1/n) u_i^T G u_i - (2/n) u_i^T G m = (1/n) [(u_i - m)^T G (u_i - m) - m^T G m],
-
-which costs ``O(n (pq)^2)`` like ``f`` itself. The learner minimises
-``f(w) / f(1) + penalty * mean((w - 1)^2)`` over ``w = n softmax(theta)`` with Adam on
-``theta``: Adam's steps do not depend on the gradient's scale, which here is ``O(1/n)``
-(plain SGD on this parameterisation hardly moves; see ``docs/decorrelation.md``).
+The learner minimises ``f(w) / f(1) + penalty * mean((w - 1)^2)`` over ``w = n softmax(theta)``
+(per class for ``class_conditional``) with ``config.steps`` Adam steps on ``theta``, **always
+from uniform weights**: the result is a function of the rows and the seed alone. This is what
+the certificate needs after a deletion (``method.md`` section 2): a retrain from scratch on
+``D'`` fits the weights cold, so the weights the head uses after a deletion must be that same
+cold fit, never a warm start from weights fitted while the deleted rows were present.
 
 Deviation from the paper (documented there): each selected column of ``Z`` is standardised
-(mean 0, variance 1 over the rows being fitted) before ``u`` unless ``standardize=False``,
-so that ``omega ~ N(0, 1)`` acts on the data's scale rather than on RFF outputs of size
-``sqrt(2/m)``, where ``u`` would be almost linear.
+(mean 0, variance 1 over the rows being fitted) before ``u`` unless ``standardize=False``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import ConfigError, InputError
+from simulator.features.dependence import (
+    Estimator,
+    group_rows,
+    grouped_dependence,
+    grouped_gradient,
+)
 from simulator.features.rff import FourierLift
 
 __all__ = [
+    "OBJECTIVES",
     "DecorrelationConfig",
-    "DecorrelationWeights",
     "FourierLift",
+    "Objective",
     "WeightResult",
     "WeightSpread",
+    "class_mass",
     "dependence",
     "dependence_gradient",
     "fit_weights",
-    "refit_weights",
     "weight_spread",
 ]
 
+Objective = Literal["paper", "stablenet", "class_conditional"]
+OBJECTIVES: tuple[Objective, ...] = ("paper", "stablenet", "class_conditional")
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-12
 
 
@@ -59,12 +71,14 @@ class DecorrelationConfig:
 
     Attributes
     ----------
+    objective : {"paper", "stablenet", "class_conditional"}
+        Which dependence is minimised (module docstring).
     features : int or None
         Decorrelate a seeded random subset of this many columns of ``Z`` (None: all).
     functions : int
         ``q``, random Fourier functions per column.
-    steps, warm_steps : int
-        Adam steps of :func:`fit_weights` and of the warm-started :func:`refit_weights`.
+    steps : int
+        Adam steps of every fit (the schedule is fixed: every fit starts from uniform).
     lr : float
         Adam step size on ``theta`` (``w = n softmax(theta)``).
     penalty : float
@@ -75,10 +89,10 @@ class DecorrelationConfig:
         Standardise each selected column before ``u`` (see the module docstring).
     """
 
+    objective: Objective = "paper"
     features: int | None = 64
     functions: int = 1
     steps: int = 100
-    warm_steps: int = 20
     lr: float = 0.05
     penalty: float = 0.1
     max_weight: float | None = None
@@ -89,11 +103,15 @@ class DecorrelationConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"must be an integer >= {low}, got {value!r}", name)
 
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(
+                f"must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}",
+                "decorrelation.objective",
+            )
         if self.features is not None:
             need_int("decorrelation.features", self.features, 2)
         need_int("decorrelation.functions", self.functions, 1)
         need_int("decorrelation.steps", self.steps, 0)
-        need_int("decorrelation.warm_steps", self.warm_steps, 0)
         if not (np.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"must be a finite number > 0, got {self.lr!r}", "decorrelation.lr")
         if not (np.isfinite(self.penalty) and self.penalty >= 0):
@@ -108,21 +126,36 @@ class DecorrelationConfig:
                 "decorrelation.max_weight",
             )
 
+    @property
+    def estimator(self) -> Estimator:
+        """The covariance estimator the objective uses."""
+        return _estimator(self.objective)
+
+
+def _estimator(objective: Objective) -> Estimator:
+    """``class_conditional`` is the paper's estimator within each class."""
+    return "stablenet" if objective == "stablenet" else "paper"
+
 
 @dataclass(frozen=True)
 class WeightSpread:
-    """How far weights are from uniform (deviations are from the mean weight, 1 on ``Delta_n``)."""
+    """How far weights are from uniform (deviations are from the mean weight, 1 on ``Delta_n``).
+
+    ``class_mass`` maps each class to its share of the total weight mass (uniform weights give
+    the class's share of the rows); empty when no labels were given.
+    """
 
     std: float
     min: float
     max: float
-    effective_sample_size_ratio: float  # (sum w)^2 / (n sum w^2), 1 for uniform weights
+    effective_sample_size_ratio: float  # n_eff / n = (sum w)^2 / (n sum w^2), 1 when uniform
     max_abs_deviation: float
+    class_mass: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
 class WeightResult:
-    """Weights from :func:`fit_weights` / :func:`refit_weights` and what they achieved.
+    """Weights from :func:`fit_weights` and what they achieved.
 
     ``objective_initial`` and ``objective_final`` are the raw dependence ``f`` at uniform
     weights and at ``weights`` (same data, same lift); ``steps`` is the number of Adam steps
@@ -130,6 +163,7 @@ class WeightResult:
     """
 
     weights: NDArray[np.float64]
+    objective: Objective
     objective_initial: float
     objective_final: float
     spread: WeightSpread
@@ -137,8 +171,20 @@ class WeightResult:
     seconds: float
 
 
-def weight_spread(weights: NDArray[np.floating]) -> WeightSpread:
-    """Summarise a weight vector (any positive scale; ESS ratio is scale-free)."""
+def class_mass(weights: NDArray[np.floating], labels: NDArray[np.integer]) -> dict[int, float]:
+    """Share of the total weight mass held by each class present in ``labels``."""
+    w = np.asarray(weights, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.int64)
+    if y.shape != w.shape:
+        raise InputError(f"one label per weight is required, got {y.shape} and {w.shape}")
+    total = float(w.sum())
+    return {int(c): float(w[y == c].sum() / total) for c in np.unique(y)}
+
+
+def weight_spread(
+    weights: NDArray[np.floating], labels: NDArray[np.integer] | None = None
+) -> WeightSpread:
+    """Summarise a weight vector (any positive scale; the ESS ratio is scale-free)."""
     w = _check_weights(weights, None)
     return WeightSpread(
         std=float(w.std()),
@@ -146,6 +192,7 @@ def weight_spread(weights: NDArray[np.floating]) -> WeightSpread:
         max=float(w.max()),
         effective_sample_size_ratio=float(w.sum() ** 2 / (w.size * np.dot(w, w))),
         max_abs_deviation=float(np.max(np.abs(w - w.mean()))),
+        class_mass={} if labels is None else class_mass(w, labels),
     )
 
 
@@ -172,47 +219,56 @@ def _check_weights(weights: NDArray[np.floating], n: int | None) -> NDArray[np.f
     return w
 
 
-def _off_block_cov(
-    U: NDArray[np.float64], w: NDArray[np.float64], block: int
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Return ``(G, m)``: ``G = M o C(w)`` and ``m = U^T w / n``."""
-    n, P = U.shape
-    if block < 1 or P % block or P // block < 2:
-        raise InputError(f"U has {P} columns, not at least 2 blocks of {block}")
-    m = U.T @ w / n
-    Uc = U - m
-    # C = (1/n) sum w_i u_i u_i^T - m m^T, written in centred form for accuracy.
-    C = (Uc * w[:, None]).T @ Uc / n + (1.0 - w.sum() / n) * np.outer(m, m)
-    k = P // block
-    C.reshape(k, block, k, block)[np.arange(k), :, np.arange(k), :] = 0.0
-    return C, m
+def _groups(objective: Objective, n: int, labels: NDArray[np.integer] | None) -> NDArray[np.int64]:
+    """Rows that share a simplex: all rows, or each class for ``class_conditional``."""
+    if objective != "class_conditional":
+        return np.zeros(n, dtype=np.int64)
+    if labels is None:
+        raise InputError("the class_conditional objective needs the rows' labels")
+    y = np.asarray(labels, dtype=np.int64)
+    if y.shape != (n,):
+        raise InputError(f"one label per row is required, got shape {y.shape} for {n} rows")
+    return y
 
 
-def dependence(U: NDArray[np.floating], weights: NDArray[np.floating], *, block: int) -> float:
-    """The objective ``f(w) = sum_{a<b} ||Cov_w(U_a, U_b)||_F^2`` over blocks of ``block`` columns.
+def dependence(
+    U: NDArray[np.floating],
+    weights: NDArray[np.floating],
+    *,
+    block: int,
+    objective: Objective,
+    labels: NDArray[np.integer] | None = None,
+) -> float:
+    """The objective's raw dependence ``f(w)`` over blocks of ``block`` columns of ``U``.
 
     ``U`` is a lifted matrix (:meth:`FourierLift.apply`); ``weights`` are taken as given
-    (the covariance definition assumes they sum to ``n``).
+    (the estimators assume they sum to ``n``, or to ``n_c`` per class).
     """
     arr = _check_features(U)
-    G, _ = _off_block_cov(arr, _check_weights(weights, arr.shape[0]), block)
-    return 0.5 * float(np.sum(G * G))
+    w = _check_weights(weights, arr.shape[0])
+    groups = _groups(objective, arr.shape[0], labels)
+    estimator = _estimator(objective)
+    return grouped_dependence(arr, w, groups, block=block, estimator=estimator)
 
 
 def dependence_gradient(
-    U: NDArray[np.floating], weights: NDArray[np.floating], *, block: int
+    U: NDArray[np.floating],
+    weights: NDArray[np.floating],
+    *,
+    block: int,
+    objective: Objective,
+    labels: NDArray[np.integer] | None = None,
 ) -> NDArray[np.float64]:
-    """Analytic ``df/dw`` (module docstring): ``(1/n)[(u_i-m)^T G (u_i-m) - m^T G m]``."""
+    """Analytic ``df/dw`` of :func:`dependence` (formulas: :mod:`simulator.features.dependence`)."""
     arr = _check_features(U)
     w = _check_weights(weights, arr.shape[0])
-    G, m = _off_block_cov(arr, w, block)
-    Uc = arr - m
-    grad: NDArray[np.float64] = (np.einsum("ij,ij->i", Uc @ G, Uc) - m @ G @ m) / arr.shape[0]
-    return grad
+    groups = _groups(objective, arr.shape[0], labels)
+    estimator = _estimator(objective)
+    return grouped_gradient(arr, w, groups, block=block, estimator=estimator)
 
 
 def _cap(w: NDArray[np.float64], cap: float | None) -> NDArray[np.float64]:
-    """Project onto ``{0 < w <= cap, sum w = n}``: cap the largest, rescale the rest."""
+    """Project onto ``{0 < w <= cap, sum w = w.size}``: cap the largest, rescale the rest."""
     if cap is None or w.max() <= cap:
         return w
     w = w.copy()
@@ -228,136 +284,98 @@ def _cap(w: NDArray[np.float64], cap: float | None) -> NDArray[np.float64]:
     return w
 
 
-def _adam(
-    U: NDArray[np.float64],
-    theta: NDArray[np.float64],
-    steps: int,
-    config: DecorrelationConfig,
-    block: int,
-) -> tuple[NDArray[np.float64], int]:
-    """Adam on ``theta`` for ``f(w)/f(1) + penalty mean((w-1)^2)``, ``w = n softmax(theta)``.
+@dataclass(frozen=True, eq=False)
+class _Simplices:
+    """The groups of rows whose weights share one ``n_g softmax`` (all rows, or each class)."""
 
-    Returns the weights and the number of steps taken (0 when ``f(1)`` is 0 up to rounding).
+    rows: list[NDArray[np.int64]]
+    cap: float | None
+
+    def weights(self, theta: NDArray[np.float64]) -> NDArray[np.float64]:
+        w = np.ones_like(theta)
+        for rows in self.rows:
+            t = theta[rows]
+            e = np.exp(t - t.max())
+            w[rows] = _cap(rows.size * e / e.sum(), self.cap)
+        return w
+
+    def chain(self, w: NDArray[np.float64], g: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``d/dtheta`` from ``d/dw`` through every group's ``n_g softmax``."""
+        out = np.zeros_like(g)
+        for rows in self.rows:
+            wr, gr = w[rows], g[rows]
+            out[rows] = wr * (gr - np.dot(wr, gr) / rows.size)
+        return out
+
+
+def _adam(
+    U: NDArray[np.float64], groups: NDArray[np.int64], config: DecorrelationConfig, block: int
+) -> tuple[NDArray[np.float64], int]:
+    """``config.steps`` Adam steps on ``theta`` from 0 (uniform weights).
+
+    Minimises ``f(w)/f(1) + penalty mean((w-1)^2)``; returns the weights and the number of
+    steps taken (0 when ``f(1)`` is 0 up to rounding).
     """
     n = U.shape[0]
-    f0 = dependence(U, np.ones(n), block=block)
-    w = _softmax_n(theta, config.max_weight)
+    est = config.estimator
+    simplices = _Simplices(group_rows(groups), config.max_weight)
+    f0 = grouped_dependence(U, np.ones(n), groups, block=block, estimator=est)
+    theta = np.zeros(n)
+    w = simplices.weights(theta)
     # Off-block covariances at rounding level of the variances: nothing to decorrelate.
     if not f0 > (1e-12 * float(U.var(axis=0).sum())) ** 2:
         return w, 0
     m1, m2 = np.zeros(n), np.zeros(n)
-    for t in range(1, steps + 1):
-        g = dependence_gradient(U, w, block=block) / f0 + config.penalty * 2.0 * (w - 1.0) / n
-        g_theta = w * (g - np.dot(w, g) / n)  # chain rule through n softmax(theta)
+    for t in range(1, config.steps + 1):
+        g = grouped_gradient(U, w, groups, block=block, estimator=est) / f0
+        g = g + config.penalty * 2.0 * (w - 1.0) / n
+        g_theta = simplices.chain(w, g)
         m1 = _ADAM_BETA1 * m1 + (1.0 - _ADAM_BETA1) * g_theta
         m2 = _ADAM_BETA2 * m2 + (1.0 - _ADAM_BETA2) * g_theta * g_theta
         step = (m1 / (1.0 - _ADAM_BETA1**t)) / (np.sqrt(m2 / (1.0 - _ADAM_BETA2**t)) + _ADAM_EPS)
         theta = theta - config.lr * step
-        w = _softmax_n(theta, config.max_weight)
+        w = simplices.weights(theta)
         if config.max_weight is not None:
             theta = np.log(np.maximum(w, np.finfo(np.float64).tiny))  # match projected w
-    return w, steps
+    return w, config.steps
 
 
-def _softmax_n(theta: NDArray[np.float64], cap: float | None) -> NDArray[np.float64]:
-    e = np.exp(theta - theta.max())
-    return _cap(theta.size * e / e.sum(), cap)
-
-
-def _run(
-    U: NDArray[np.float64],
-    theta0: NDArray[np.float64],
-    steps: int,
+def fit_weights(
+    Z: NDArray[np.floating],
+    *,
     config: DecorrelationConfig,
-    block: int,
-    start: float,
+    rng: np.random.Generator,
+    labels: NDArray[np.integer] | None = None,
 ) -> WeightResult:
-    w, taken = _adam(U, theta0, steps, config, block)
-    w.setflags(write=False)
-    return WeightResult(
-        weights=w,
-        objective_initial=dependence(U, np.ones(U.shape[0]), block=block),
-        objective_final=dependence(U, w, block=block),
-        spread=weight_spread(w),
-        steps=taken,
-        seconds=time.perf_counter() - start,
-    )
+    """Learn decorrelation weights for the rows of ``Z``, cold, from uniform weights.
 
-
-def _draw_lift(
-    n_columns: int, config: DecorrelationConfig, rng: np.random.Generator
-) -> FourierLift:
-    return FourierLift.draw(
-        n_columns,
+    ``rng`` draws the :class:`FourierLift` (column subset, frequencies, phases); everything
+    else is deterministic, so the same rows and seed give the same weights, whatever was
+    fitted before. ``labels`` (one per row) are needed by ``class_conditional`` and fill
+    :attr:`WeightSpread.class_mass`.
+    """
+    start = time.perf_counter()
+    arr = _check_features(Z)
+    groups = _groups(config.objective, arr.shape[0], labels)
+    lift = FourierLift.draw(
+        arr.shape[1],
         features=config.features,
         functions=config.functions,
         standardize=config.standardize,
         rng=rng,
     )
-
-
-def fit_weights(
-    Z: NDArray[np.floating], *, config: DecorrelationConfig, rng: np.random.Generator
-) -> WeightResult:
-    """Learn decorrelation weights for the rows of ``Z`` from uniform (``config.steps`` steps).
-
-    ``rng`` draws the :class:`FourierLift` (column subset, frequencies, phases); the rest
-    is deterministic, so the same seed gives bit-identical weights.
-    """
-    start = time.perf_counter()
-    arr = _check_features(Z)
-    lift = _draw_lift(arr.shape[1], config, rng)
-    return _run(lift.apply(arr), np.zeros(arr.shape[0]), config.steps, config, lift.block, start)
-
-
-def refit_weights(
-    Z_retained: NDArray[np.floating],
-    previous_weights: NDArray[np.floating],
-    *,
-    config: DecorrelationConfig,
-    rng: np.random.Generator,
-) -> WeightResult:
-    """Warm start after deletions: ``config.warm_steps`` steps from the retained rows' weights.
-
-    ``previous_weights`` (one per retained row, positive) are renormalised to sum to
-    ``n'``; pass an ``rng`` seeded as for :func:`fit_weights` to reuse the same lift.
-    """
-    start = time.perf_counter()
-    arr = _check_features(Z_retained)
-    prev = _check_weights(previous_weights, arr.shape[0])
-    if np.any(prev <= 0.0):
-        raise InputError("previous_weights must be strictly positive to warm-start from log(w)")
-    lift = _draw_lift(arr.shape[1], config, rng)
-    theta0 = np.log(prev * (arr.shape[0] / prev.sum()))
-    return _run(lift.apply(arr), theta0, config.warm_steps, config, lift.block, start)
-
-
-class DecorrelationWeights:
-    """Small stateful wrapper: remembers the latest result; the maths is in the functions above."""
-
-    def __init__(self) -> None:
-        self._latest: WeightResult | None = None
-
-    @property
-    def latest(self) -> WeightResult | None:
-        """The result of the last :meth:`fit` or :meth:`refit` (None before the first)."""
-        return self._latest
-
-    def fit(
-        self, Z: NDArray[np.floating], *, config: DecorrelationConfig, rng: np.random.Generator
-    ) -> WeightResult:
-        """See :func:`fit_weights`."""
-        self._latest = fit_weights(Z, config=config, rng=rng)
-        return self._latest
-
-    def refit(
-        self,
-        Z_retained: NDArray[np.floating],
-        previous_weights: NDArray[np.floating],
-        *,
-        config: DecorrelationConfig,
-        rng: np.random.Generator,
-    ) -> WeightResult:
-        """See :func:`refit_weights`."""
-        self._latest = refit_weights(Z_retained, previous_weights, config=config, rng=rng)
-        return self._latest
+    U = lift.apply(arr)
+    w, taken = _adam(U, groups, config, lift.block)
+    w.setflags(write=False)
+    est = config.estimator
+    return WeightResult(
+        weights=w,
+        objective=config.objective,
+        objective_initial=grouped_dependence(
+            U, np.ones(U.shape[0]), groups, block=lift.block, estimator=est
+        ),
+        objective_final=grouped_dependence(U, w, groups, block=lift.block, estimator=est),
+        spread=weight_spread(w, labels),
+        steps=taken,
+        seconds=time.perf_counter() - start,
+    )

@@ -2,8 +2,9 @@
 
 A client answers the protocol messages of ``design.md`` ("The head in a federation"):
 sufficient statistics of its retained rows at a given head, and deletions, after which it
-recomputes its decorrelation weights (warm start, same lift) and returns what changed in the
-objective. It never returns raw inputs; the only rows that leave it are the factored Hessian
+refits its decorrelation weights cold on the rows it retains (same seed, so they are exactly
+what a from-scratch fit on them gives) and returns what changed in the objective. It never
+returns raw inputs; the only rows that leave it are the factored Hessian
 terms of rows being deleted (see :class:`simulator.head.data.DeletionStatistics`).
 Sample ids are global; the client maps them to its local rows.
 """
@@ -16,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.features.decorrelation import fit_weights, refit_weights
+from simulator.features.decorrelation import WeightResult, fit_weights
 from simulator.federation.snapshot import (
     ClientReport,
     ClientSnapshot,
@@ -24,7 +25,7 @@ from simulator.federation.snapshot import (
     WeightReport,
 )
 from simulator.head.data import DeletionStatistics, LocalHeadData
-from simulator.head.logistic import ShardStatistics
+from simulator.head.logistic import ShardStatistics, predict_classes
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -69,11 +70,7 @@ class FederatedClient:
             self.last_weights = restored.last_weights
             self.deletion_batches = restored.deletion_batches
         elif weighting is not None and features.shape[0] >= 2:
-            result = fit_weights(features, config=weighting.config, rng=self._lift_rng())
-            weights = np.asarray(result.weights, dtype=np.float64)
-            self.last_weights = _report(
-                result.weights, result.objective_final, result.objective_initial
-            )
+            weights = self._fit_weights(features, labels)
         self.data = LocalHeadData(
             features,
             labels,
@@ -112,23 +109,32 @@ class FederatedClient:
             restored=snap,
         )
 
-    def _lift_rng(self) -> np.random.Generator:
+    def _fit_weights(self, features: FloatArray, labels: IntArray) -> FloatArray:
+        """Cold fit on these rows (the plan's seed fixes the lift): a function of them alone."""
         assert self._weighting is not None
-        return np.random.default_rng(self._weighting.seed)
+        result = cold_fit(self._weighting, features, labels)
+        self.last_weights = WeightReport.of(result)
+        return np.asarray(result.weights, dtype=np.float64)
 
     def _reweigh(
-        self, retained_ids: IntArray, features: FloatArray, old_weights: FloatArray
+        self, retained_ids: IntArray, features: FloatArray, labels: IntArray
     ) -> FloatArray:
-        assert self._weighting is not None
         if features.shape[0] < 2:
-            return old_weights
-        result = refit_weights(
-            features, old_weights, config=self._weighting.config, rng=self._lift_rng()
-        )
-        self.last_weights = _report(
-            result.weights, result.objective_final, result.objective_initial
-        )
-        return np.asarray(result.weights, dtype=np.float64)
+            return np.ones(features.shape[0])
+        return self._fit_weights(features, labels)
+
+    def cold_weights(self) -> tuple[IntArray, FloatArray]:
+        """Global ids of the retained rows and the weights a from-scratch fit on them gives.
+
+        Uniform weights without a weighting plan. Nothing changes in the client: this is the
+        reference ``A(D')`` that the certificate is stated against.
+        """
+        keep = self.data.retained_ids
+        ids = self._ids[keep]
+        if self._weighting is None or keep.size < 2:
+            return ids, np.ones(keep.size)
+        result = cold_fit(self._weighting, self.data.features[keep], self.data.labels[keep])
+        return ids, np.asarray(result.weights, dtype=np.float64)
 
     # ---------------------------------------------------------- protocol
     @property
@@ -179,7 +185,7 @@ class FederatedClient:
         """What this client holds and how the head ``W`` does on its retained rows."""
         keep = self.data.retained_ids
         X, y = self.data.features[keep], self.data.labels[keep]
-        accuracy = float(np.mean(np.argmax(X @ W, axis=1) == y)) if keep.size else float("nan")
+        accuracy = float(np.mean(predict_classes(X @ W) == y)) if keep.size else float("nan")
         return ClientReport(
             client_id=self.client_id,
             rows=int(self._ids.size),
@@ -191,12 +197,8 @@ class FederatedClient:
         )
 
 
-def _report(weights: NDArray[np.float64], final: float, initial: float) -> WeightReport:
-    w = np.asarray(weights, dtype=np.float64)
-    return WeightReport(
-        std=float(w.std()),
-        min=float(w.min()),
-        max=float(w.max()),
-        effective_sample_size_ratio=float(w.sum() ** 2 / (w.size * np.sum(w * w))),
-        objective_ratio=float(final / initial) if initial > 0 else 1.0,
+def cold_fit(plan: WeightingPlan, features: FloatArray, labels: IntArray) -> WeightResult:
+    """Decorrelation weights of these rows from uniform, with the plan's seed (the same lift)."""
+    return fit_weights(
+        features, config=plan.config, rng=np.random.default_rng(plan.seed), labels=labels
     )

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import InputError
 from simulator.head.data import DeletionStatistics, RowSource
-from simulator.head.logistic import ShardStatistics
+from simulator.head.logistic import ShardStatistics, head_columns
 
 FloatArray = NDArray[np.float64]
 
@@ -58,7 +58,7 @@ class FederatedHeadData:
     ----------
     clients : client id -> channel.
     owner : global sample id -> client id (all ids ever held by a client).
-    dim, num_classes : d and K of the head.
+    dim, num_classes : d of the head and K (the head has :func:`head_columns` columns).
     fanout : parallel path for statistics and deletions (default: one client after another).
     """
 
@@ -97,6 +97,10 @@ class FederatedHeadData:
         return self._k
 
     @property
+    def columns(self) -> int:
+        return head_columns(self._k)
+
+    @property
     def retained_count(self) -> int:
         return sum(c.retained_count for c in self.clients.values())
 
@@ -125,7 +129,7 @@ class FederatedHeadData:
         gram: bool = False,
         hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
-        total = ShardStatistics.zeros(self._dim, self._k, hessian=hessian, gram=gram)
+        total = ShardStatistics.zeros(self._dim, self.columns, hessian=hessian, gram=gram)
         if self._fanout is not None:
             parts = self._fanout.statistics(
                 list(self.clients), W, hessian=hessian, gram=gram, hessian_at=hessian_at

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.features.decorrelation import DecorrelationConfig
+from simulator.features.decorrelation import DecorrelationConfig, WeightResult
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -47,13 +47,53 @@ class WeightingPlan:
 
 @dataclass(frozen=True)
 class WeightReport:
-    """Spread of a client's current weights (how far they moved from uniform)."""
+    """A client's current decorrelation weights: spread, dependence reached, class masses.
+
+    ``effective_sample_size_ratio`` is ``n_eff / n``; ``class_mass`` maps a class to its share
+    of the client's weight mass (a collapse onto one class shows here).
+    """
 
     std: float
     min: float
     max: float
     effective_sample_size_ratio: float
     objective_ratio: float
+    class_mass: dict[int, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, result: WeightResult) -> WeightReport:
+        """The report of one fit."""
+        s = result.spread
+        ratio = result.objective_final / result.objective_initial
+        return cls(
+            std=s.std,
+            min=s.min,
+            max=s.max,
+            effective_sample_size_ratio=s.effective_sample_size_ratio,
+            objective_ratio=float(ratio) if result.objective_initial > 0 else 1.0,
+            class_mass=dict(s.class_mass),
+        )
+
+    def to_flat(self) -> dict[str, float]:
+        """Scalars only (``class_mass_<k>`` per class), for messages and metric labels."""
+        out = {k: float(v) for k, v in asdict(self).items() if k != "class_mass"}
+        out.update({f"class_mass_{c}": float(v) for c, v in sorted(self.class_mass.items())})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WeightReport:
+        """Inverse of ``asdict`` after a JSON round trip (class keys become strings)."""
+        rest = {k: float(v) for k, v in data.items() if k != "class_mass"}
+        mass = {int(c): float(v) for c, v in dict(data.get("class_mass", {})).items()}
+        return cls(**rest, class_mass=mass)
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, float]) -> WeightReport:
+        """Inverse of :meth:`to_flat`."""
+        prefix = "class_mass_"
+        mass = {int(k[len(prefix) :]): float(v) for k, v in flat.items() if k.startswith(prefix)}
+        rest = {k: float(v) for k, v in flat.items() if not k.startswith(prefix)}
+        return cls(**rest, class_mass=mass)
 
 
 @dataclass(frozen=True)
@@ -93,7 +133,7 @@ class ClientReport:
             deletion_batches=int(data["deletion_batches"]),
             accuracy_retained=float(data["accuracy_retained"]),
             max_weight=float(data["max_weight"]),
-            weights=None if w is None else WeightReport(**{k: float(v) for k, v in w.items()}),
+            weights=None if w is None else WeightReport.from_dict(w),
         )
 
 
@@ -143,7 +183,7 @@ class ClientSnapshot:
         if self.weighting is not None:
             scalars["weighting"] = self.weighting.to_json()
         if self.last_weights is not None:
-            scalars.update({f"w_{k}": v for k, v in asdict(self.last_weights).items()})
+            scalars.update({f"w_{k}": v for k, v in self.last_weights.to_flat().items()})
         return arrays, scalars
 
     @classmethod
@@ -165,6 +205,6 @@ class ClientSnapshot:
             weights=np.asarray(arrays["weights"], dtype=np.float64),
             active=np.asarray(arrays["active"], dtype=np.bool_),
             deletion_batches=int(scalars["deletion_batches"]),
-            last_weights=WeightReport(**spread) if spread else None,
+            last_weights=WeightReport.from_flat(spread) if spread else None,
             weighting=WeightingPlan.from_json(str(plan)) if plan else None,
         )

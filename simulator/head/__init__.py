@@ -6,13 +6,21 @@ from simulator.head.certificate import (
     residual_budget,
 )
 from simulator.head.certified import CertifiedHead
-from simulator.head.config import HeadConfig, RemovalReport
+from simulator.head.config import ACCOUNTING_MODES, Accounting, HeadConfig, RemovalReport
 from simulator.head.data import DeletionStatistics, HeadData, LocalHeadData
-from simulator.head.logistic import ShardStatistics, shard_statistics, signed_labels
+from simulator.head.logistic import (
+    ShardStatistics,
+    head_columns,
+    predict_classes,
+    shard_statistics,
+    signed_labels,
+)
 from simulator.head.solver import HessianSolver
 from simulator.head.training import TrainResult, train_head
 
 __all__ = [
+    "ACCOUNTING_MODES",
+    "Accounting",
     "CertifiedHead",
     "DeletionStatistics",
     "HeadConfig",
@@ -24,6 +32,8 @@ __all__ = [
     "TrainResult",
     "certificate_constant",
     "epsilon_spent",
+    "head_columns",
+    "predict_classes",
     "residual_budget",
     "shard_statistics",
     "signed_labels",

@@ -4,8 +4,13 @@ Loss perturbation ``b ~ N(0, sigma^2 I)`` makes a removal (epsilon, delta)-certi
 gradient residual ``r = ||grad L_b(w-; D')||`` satisfies ``r <= eps'`` with
 ``sigma = c eps' / epsilon`` and ``c = sqrt(2 ln(1.5 / delta))`` (Guo et al., Theorem 3).
 With sigma fixed the residual budget is therefore ``eps' = sigma * epsilon / c`` and a residual
-``beta`` spends ``epsilon(beta) = c * beta / sigma``. One-vs-rest heads compose: the residuals of
-the K binary heads are summed (``method.md`` section 3).
+``beta`` spends ``epsilon(beta) = c * beta / sigma``.
+
+K one-vs-rest heads are separable, so together they are one objective on the stacked d*K
+parameter with one Gaussian ``b`` in R^{dK}; the theorem applies once, with the residual the
+L2 norm of the stacked per-class residuals (:func:`stacked_norm`; never more than their sum)
+and one delta (``method.md`` section 1). A per-class bound ``||r_k|| <= B_k`` gives
+``||r|| <= sqrt(sum_k B_k^2)``.
 
 The bounds on the residual of one Newton step ``u = H_ref^{-1} g`` taken from ``w`` with a
 Hessian ``H_ref`` evaluated at a reference point ``w_ref`` (``w_ref = w`` for the textbook
@@ -59,6 +64,11 @@ def residual_budget(*, sigma: float, epsilon: float, delta: float) -> float:
 def epsilon_spent(residual: float, *, sigma: float, delta: float) -> float:
     """Privacy spent by an accumulated residual ``beta``: ``c * beta / sigma``."""
     return certificate_constant(delta) * residual / sigma
+
+
+def stacked_norm(per_class: FloatArray) -> float:
+    """``sqrt(sum_k x_k^2)``: the norm of the stacked residual from per-class norms or bounds."""
+    return float(np.linalg.norm(np.asarray(per_class, dtype=np.float64)))
 
 
 def data_dependent_bound(

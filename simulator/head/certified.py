@@ -2,50 +2,54 @@
 
 Implements certified removal (Guo et al., ICML 2020) of DecoRemoval's linear head
 (``decoremoval.tex`` section 3.3 and Algorithm 1): one Newton step on the retained data per
-removal batch, the residual of that step measured three ways, the residual charged against the
-budget ``eps' = sigma * epsilon / c``, and a retrain from scratch with a fresh perturbation
-``b`` whenever the next removal would exceed the budget.
+removal batch, the residual of that step bounded two ways (and optionally measured exactly),
+a charge against the budget ``eps' = sigma * epsilon / c`` (:mod:`simulator.head.accounting`),
+and a retrain from scratch with a fresh perturbation ``b`` whenever the next removal would
+exceed the budget. The K columns are one mechanism on the stacked d*K parameter with one
+Gaussian ``b``: every residual is the L2 norm of the stacked per-class residuals.
 
 The Newton step targets the objective *after* the deletion, including sample weights that the
-data side recomputes (DecoRemoval's decorrelation weights change for every retained row), so the
-gradient is
+data side recomputes (DecoRemoval's decorrelation weights, refitted cold on the retained rows,
+change for every retained row), so the gradient is
 
     g = carried - removed.gradient - lam * m * W + reweighted.gradient
 
-where ``carried`` is the exactly known gradient of the current model (only in ``exact`` mode;
-otherwise it is bounded by the accumulated residual). The aggregate Hessian is kept at a
+where ``carried`` is the exactly known gradient of the current model (only under ``exact``
+accounting; otherwise it is bounded by the charge so far). The aggregate Hessian is kept at a
 reference head ``W_ref`` and downdated by the removed rows and the weight changes, both
 evaluated at ``W_ref``; it is rebuilt over all retained rows only at (re)training, on
 ``refresh_every`` or in ``hessian_mode="rebuild"`` (the naive reference path).
-
-Accounting (summed over the K classes):
-
-* ``bound="worst"`` / ``"data"``: each step's bound is added to a cumulative residual that
-  starts at the training residual; by the triangle inequality it bounds the true residual.
-* ``bound="exact"``: the true residual ``||grad L_b(W; D')||`` of the current model is charged.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
+from simulator.head.accounting import charge
 from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
     removal_gradient_bound,
+    stacked_norm,
     worst_case_bound,
 )
 from simulator.head.config import HeadConfig, RemovalReport
-from simulator.head.data import HeadData
+from simulator.head.data import DeletionStatistics, HeadData
 from simulator.head.gram import GramMatrix
-from simulator.head.logistic import objective_gradient, objective_hessian
-from simulator.head.solver import HessianSolver
+from simulator.head.logistic import (
+    IntArray,
+    objective_gradient,
+    objective_hessian,
+    predict_classes,
+)
+from simulator.head.solver import HessianSolver, SolveResult
 from simulator.head.threads import single_threaded_blas
 from simulator.head.training import train_head
 
@@ -54,8 +58,16 @@ FloatArray = NDArray[np.float64]
 SMALL_BATCH = 64
 
 
+@dataclass(frozen=True)
+class StepBounds:
+    """Per-class bounds (K,) on the new error of one Newton step."""
+
+    worst: FloatArray
+    data: FloatArray
+
+
 class CertifiedHead:
-    """K one-vs-rest perturbed logistic heads with certified removal.
+    """One-vs-rest perturbed logistic heads (one column for a binary task), certified removal.
 
     Parameters
     ----------
@@ -77,40 +89,43 @@ class CertifiedHead:
     # ------------------------------------------------------------------ state
     @property
     def W(self) -> FloatArray:
-        """The current head (d x K), a copy."""
+        """The current head (d x columns), a copy."""
         return self._W.copy()
 
     @property
     def b(self) -> FloatArray:
-        """The current perturbation (d x K), a copy."""
+        """The current perturbation (d x columns), a copy."""
         return self._b.copy()
 
     @property
     def cumulative_residual(self) -> float:
+        """The charge since the last (re)training (monotone between retrains)."""
         return self._cumulative
 
     @property
     def epsilon_spent(self) -> float:
+        """``c * charge / sigma``, with ``delta = config.delta``."""
         return self._c * self._cumulative / self.config.sigma
+
+    @property
+    def budget(self) -> float:
+        return self.config.budget
 
     def gradient_norms(self) -> FloatArray:
         """Exact per-class ``||grad L_b(W; D')||`` of the current model (one pass over rows)."""
-        stats = self.data.statistics(self._W, hessian=False)
-        return np.asarray(
-            np.linalg.norm(objective_gradient(stats, self._W, self._b, lam=self.config.lam), axis=0)
-        )
+        return np.asarray(np.linalg.norm(self._gradient_exact(self._W), axis=0))
 
-    def decision_function(self, X: FloatArray) -> FloatArray:
-        """Scores ``X @ W`` (n x K)."""
-        return np.asarray(X @ self._W)
+    def exact_residual(self) -> float:
+        """Exact residual of the current model: the norm of the stacked gradient."""
+        return stacked_norm(self.gradient_norms())
 
-    def predict(self, X: FloatArray) -> NDArray[np.int64]:
-        return np.asarray(np.argmax(X @ self._W, axis=1), dtype=np.int64)
+    def predict(self, X: FloatArray) -> IntArray:
+        return predict_classes(X @ self._W)
 
     # --------------------------------------------------------------- training
     def _fit(self, reason: str) -> float:
         """Train from scratch with a fresh ``b``; returns seconds."""
-        d, k = self.data.dim, self.data.num_classes
+        d, k = self.data.dim, self.data.columns
         self._b = self._rng.normal(0.0, self.config.sigma, size=(d, k))
         if self.data.retained_count == 0:
             return self._empty(reason)
@@ -120,8 +135,8 @@ class CertifiedHead:
         self._solver = HessianSolver(res.hessian)
         self._gram = GramMatrix(res.gram)
         self._spectral = _spectral_upper_bound(res.gram)
-        self._cumulative = float(res.gradient_norms.sum())
-        self._carried = self._gradient_exact()
+        self._cumulative = stacked_norm(res.gradient_norms)
+        self._carried = self._gradient_exact(self._W)
         self._since_refresh = 0
         self.model_version += 1
         self.last_fit_reason = reason
@@ -130,7 +145,7 @@ class CertifiedHead:
 
     def _empty(self, reason: str) -> float:
         """No rows left: the objective is the unbounded ``b . w``; the head is reset to 0."""
-        d, k = self.data.dim, self.data.num_classes
+        d, k = self.data.dim, self.data.columns
         self._W = np.zeros((d, k))
         self._W_ref = self._W.copy()
         self._solver = HessianSolver(np.broadcast_to(np.eye(d), (k, d, d)).copy())
@@ -144,9 +159,9 @@ class CertifiedHead:
         self.last_fit_iterations = 0
         return 0.0
 
-    def _gradient_exact(self) -> FloatArray:
-        stats = self.data.statistics(self._W, hessian=False)
-        return objective_gradient(stats, self._W, self._b, lam=self.config.lam)
+    def _gradient_exact(self, W: FloatArray) -> FloatArray:
+        stats = self.data.statistics(W, hessian=False)
+        return objective_gradient(stats, W, self._b, lam=self.config.lam)
 
     def _refresh(self) -> None:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
@@ -195,83 +210,34 @@ class CertifiedHead:
         t = time.perf_counter()
         delta = self.data.delete(ids, W=self._W, W_ref=self._W_ref)
         timings["statistics"] = time.perf_counter() - t
-        m = len(ids)
         n_new = self.data.retained_count
         if n_new == 0:
             return self._retrained(ids, "empty", t0)
 
         t = time.perf_counter()
-        g = -delta.removed_gradient - cfg.lam * m * self._W
-        if cfg.bound == "exact":
-            g = g + self._carried
-        rows = delta.removed_rows
-        self._gram.downdate(rows)
-        if cfg.hessian_mode == "rebuild":
-            stats = self.data.statistics(self._W, hessian=True)
-            assert stats.hessian is not None
-            self._solver.replace(objective_hessian(stats, lam=cfg.lam))
-            self._W_ref = self._W.copy()
-            if delta.reweighted is not None:
-                g = g + delta.reweighted.gradient
-        else:
-            self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=cfg.lam * m)
-            if delta.reweighted is not None:
-                assert delta.reweighted.hessian is not None
-                g = g + delta.reweighted.gradient
-                self._solver.downdate_dense(-delta.reweighted.hessian)
-        solved = self._solver.solve(g)
+        solved = self._newton_step(delta, len(ids))
         W_new = self._W - solved.step
         timings["solve"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        step_norms = np.linalg.norm(solved.step, axis=0)
-        gaps = np.linalg.norm(self._W_ref - self._W, axis=0)
-        worst = worst_case_bound(
-            gradient_bounds=removal_gradient_bound(
-                batch=m,
-                head_norms=np.linalg.norm(self._W, axis=0),
-                lam=cfg.lam,
-                max_weight=delta.max_weight,
-                weight_change_l1=delta.weight_change_l1,
-            )
-            + (np.linalg.norm(self._carried, axis=0) if cfg.bound == "exact" else 0.0),
-            retained=n_new,
-            lam=cfg.lam,
-            reference_gaps=gaps,
-            solve_residuals=solved.residual_norms,
-            max_weight=delta.max_weight,
-        )
-        # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
-        proj_sq = self._gram.quadratic(solved.step)
-        proj = np.sqrt(np.maximum(proj_sq, 0.0))
-        data_b = data_dependent_bound(
-            spectral_norm=self._spectral,
-            step_norms=step_norms,
-            projected_norms=proj,
-            reference_gaps=gaps,
-            solve_residuals=solved.residual_norms,
-            max_weight=delta.max_weight,
-        )
+        bounds = self._step_bounds(delta, solved, len(ids), n_new)
         timings["bounds"] = time.perf_counter() - t
 
         exact: float | None = None
         grad_new: FloatArray | None = None
-        if cfg.bound == "exact" or cfg.report_exact:
+        if cfg.computes_exact:
             t = time.perf_counter()
-            stats = self.data.statistics(W_new, hessian=False)
-            grad_new = objective_gradient(stats, W_new, self._b, lam=cfg.lam)
-            exact = float(np.linalg.norm(grad_new, axis=0).sum())
+            grad_new = self._gradient_exact(W_new)
+            exact = stacked_norm(np.linalg.norm(grad_new, axis=0))
             timings["exact"] = time.perf_counter() - t
 
-        if cfg.bound == "exact":
-            assert exact is not None
-            charged, cumulative = exact, exact
-        else:
-            charged = float((worst if cfg.bound == "worst" else data_b).sum())
-            cumulative = self._cumulative + charged
-
+        worst, data_b = stacked_norm(bounds.worst), stacked_norm(bounds.data)
+        step = charge(
+            cfg.accounting, previous=self._cumulative, worst=worst, data=data_b, exact=exact
+        )
         self.removals += 1
         retrained, reason = False, None
+        cumulative = step.cumulative
         if cumulative > self.budget:
             retrained, reason = True, "budget"
             timings["retrain"] = self._fit("budget")
@@ -285,21 +251,106 @@ class CertifiedHead:
             if grad_new is not None:
                 self._carried = grad_new
         timings["total"] = time.perf_counter() - t0
+        return self._report(
+            ids,
+            worst=worst,
+            data=data_b,
+            exact=exact,
+            charged=step.charged,
+            retrained=retrained,
+            reason=reason,
+            iterations=solved.refinements,
+            timings=timings,
+        )
+
+    def _newton_step(self, delta: DeletionStatistics, m: int) -> SolveResult:
+        """Downdate the Hessian by the deletion and solve for the step to the new optimum."""
+        cfg = self.config
+        g = -delta.removed_gradient - cfg.lam * m * self._W
+        if cfg.accounting == "exact":
+            g = g + self._carried
+        if delta.reweighted is not None:
+            g = g + delta.reweighted.gradient
+        rows = delta.removed_rows
+        self._gram.downdate(rows)
+        if cfg.hessian_mode == "rebuild":
+            stats = self.data.statistics(self._W, hessian=True)
+            self._solver.replace(objective_hessian(stats, lam=cfg.lam))
+            self._W_ref = self._W.copy()
+        else:
+            self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=cfg.lam * m)
+            if delta.reweighted is not None:
+                assert delta.reweighted.hessian is not None
+                self._solver.downdate_dense(-delta.reweighted.hessian)
+        return self._solver.solve(g)
+
+    def _step_bounds(
+        self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
+    ) -> StepBounds:
+        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``)."""
+        cfg = self.config
+        gaps = np.linalg.norm(self._W_ref - self._W, axis=0)
+        gradient_bounds = removal_gradient_bound(
+            batch=m,
+            head_norms=np.linalg.norm(self._W, axis=0),
+            lam=cfg.lam,
+            max_weight=delta.max_weight,
+            weight_change_l1=delta.weight_change_l1,
+        )
+        if cfg.accounting == "exact":
+            gradient_bounds = gradient_bounds + np.linalg.norm(self._carried, axis=0)
+        worst = worst_case_bound(
+            gradient_bounds=gradient_bounds,
+            retained=retained,
+            lam=cfg.lam,
+            reference_gaps=gaps,
+            solve_residuals=solved.residual_norms,
+            max_weight=delta.max_weight,
+        )
+        # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
+        projected = np.sqrt(np.maximum(self._gram.quadratic(solved.step), 0.0))
+        data = data_dependent_bound(
+            spectral_norm=self._spectral,
+            step_norms=np.linalg.norm(solved.step, axis=0),
+            projected_norms=projected,
+            reference_gaps=gaps,
+            solve_residuals=solved.residual_norms,
+            max_weight=delta.max_weight,
+        )
+        return StepBounds(worst=worst, data=data)
+
+    def _report(
+        self,
+        ids: list[int],
+        *,
+        worst: float,
+        data: float,
+        exact: float | None,
+        charged: float,
+        retrained: bool,
+        reason: str | None,
+        iterations: int,
+        timings: dict[str, float],
+    ) -> RemovalReport:
+        cfg = self.config
         return RemovalReport(
             sample_ids=tuple(ids),
-            residual_worst=float(worst.sum()),
-            residual_data=float(data_b.sum()),
+            accounting=cfg.accounting,
+            residual_worst=worst,
+            residual_data=data,
             residual_exact=exact,
             charged=charged,
-            cumulative=cumulative,
+            cumulative=self._cumulative,
             budget=self.budget,
-            budget_used_ratio=cumulative / self.budget,
-            epsilon_spent=self._c * cumulative / cfg.sigma,
+            budget_used_ratio=self._cumulative / self.budget,
+            epsilon_spent=self.epsilon_spent,
+            delta=cfg.delta,
             retrained=retrained,
             retrain_reason=reason,
             model_version=self.model_version,
-            retained=n_new,
-            solver_iterations=solved.refinements,
+            retained=self.data.retained_count,
+            solver_iterations=iterations,
+            retrain_iterations=self.last_fit_iterations if retrained else 0,
             timings=timings,
         )
 
@@ -308,21 +359,15 @@ class CertifiedHead:
         self.removals += 1
         self.retrains += 1
         seconds = self._fit(reason)
-        return RemovalReport(
-            sample_ids=tuple(ids),
-            residual_worst=0.0,
-            residual_data=0.0,
-            residual_exact=self._cumulative,
+        return self._report(
+            ids,
+            worst=0.0,
+            data=0.0,
+            exact=self._cumulative,
             charged=0.0,
-            cumulative=self._cumulative,
-            budget=self.budget,
-            budget_used_ratio=self._cumulative / self.budget,
-            epsilon_spent=self.epsilon_spent,
             retrained=True,
-            retrain_reason=reason,
-            model_version=self.model_version,
-            retained=self.data.retained_count,
-            solver_iterations=0,
+            reason=reason,
+            iterations=0,
             timings={"retrain": seconds, "total": time.perf_counter() - t0},
         )
 
@@ -334,10 +379,6 @@ class CertifiedHead:
         """Retrain from scratch on the retained rows with a fresh perturbation."""
         self.retrains += 1
         return self._fit(reason)
-
-    @property
-    def budget(self) -> float:
-        return self.config.budget
 
 
 def _as_ids(ids: Sequence[int]) -> list[int]:

@@ -17,7 +17,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head.logistic import ShardStatistics, shard_statistics, sigmoid, signed_labels
+from simulator.head.logistic import (
+    ShardStatistics,
+    class_labels,
+    head_columns,
+    shard_statistics,
+    sigmoid,
+    signed_labels,
+)
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -76,13 +83,19 @@ class RowSource(Protocol):
 
 
 class HeadData(RowSource, Protocol):
-    """Access to the retained rows of the head's training set, with the head's shape."""
+    """Access to the retained rows of the head's training set, with the head's shape.
+
+    ``num_classes`` is K; ``columns`` the head's columns (:func:`head_columns`: 1 when K = 2).
+    """
 
     @property
     def dim(self) -> int: ...
 
     @property
     def num_classes(self) -> int: ...
+
+    @property
+    def columns(self) -> int: ...
 
 
 class LocalHeadData:
@@ -94,8 +107,9 @@ class LocalHeadData:
     y : (n,) integer labels in [0, K).
     num_classes : K.
     weights : (n,) positive sample weights (default all ones).
-    reweigh : optional callback ``(retained_ids, retained_features, old_weights) -> new_weights``
-        run after every deletion (DecoRemoval recomputes decorrelation weights here).
+    reweigh : optional callback ``(retained_ids, retained_features, retained_labels) ->
+        new_weights`` run after every deletion (DecoRemoval refits its decorrelation weights on
+        the retained rows here; it is never shown the old weights).
     active : (n,) bool, rows still retained (default all); restores a saved state together
         with ``weights`` (see :attr:`base_weights`).
     """
@@ -119,6 +133,7 @@ class LocalHeadData:
         if norms.size and norms.max() > 1.0 + 1e-9:
             raise InputError(f"rows must have norm <= 1 for the certificate, max is {norms.max()}")
         self._X = X
+        self._num_classes = int(num_classes)
         self._Y = signed_labels(np.asarray(y, dtype=np.int64), num_classes)
         a = np.ones(X.shape[0]) if weights is None else np.array(weights, dtype=np.float64)
         if a.shape != (X.shape[0],) or not np.all(np.isfinite(a)) or np.any(a <= 0):
@@ -135,7 +150,11 @@ class LocalHeadData:
 
     @property
     def num_classes(self) -> int:
-        return int(self._Y.shape[1])
+        return self._num_classes
+
+    @property
+    def columns(self) -> int:
+        return head_columns(self._num_classes)
 
     @property
     def retained_count(self) -> int:
@@ -155,7 +174,7 @@ class LocalHeadData:
     @property
     def labels(self) -> IntArray:
         """Class index of every row."""
-        return np.asarray(np.argmax(self._Y, axis=1), dtype=np.int64)
+        return class_labels(self._Y)
 
     @property
     def active(self) -> NDArray[np.bool_]:
@@ -212,7 +231,9 @@ class LocalHeadData:
         if self._reweigh is not None:
             keep = self.retained_ids
             old = self._a[keep]
-            new = np.asarray(self._reweigh(keep, self._X[keep], old), dtype=np.float64)
+            new = np.asarray(
+                self._reweigh(keep, self._X[keep], class_labels(self._Y[keep])), dtype=np.float64
+            )
             if new.shape != old.shape or not np.all(np.isfinite(new)) or np.any(new <= 0):
                 raise InputError("re-weighting returned invalid weights")
             diff = new - old
@@ -228,8 +249,13 @@ class LocalHeadData:
 
 
 class Reweigher(Protocol):
-    """Recomputes sample weights of the retained rows after a deletion."""
+    """Recomputes sample weights of the retained rows after a deletion, from them alone.
+
+    The weights must be a function of the retained rows (ids, features, labels) and fixed
+    seeds: a from-scratch fit on ``D'`` is what the certificate compares with
+    (``method.md`` section 2), so the callback is never shown the previous weights.
+    """
 
     def __call__(
-        self, retained_ids: IntArray, features: FloatArray, old_weights: FloatArray
+        self, retained_ids: IntArray, features: FloatArray, labels: IntArray
     ) -> FloatArray: ...

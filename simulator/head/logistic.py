@@ -1,6 +1,7 @@
 """One-vs-rest L2-regularised logistic loss: values, gradients, Hessians and shard statistics.
 
-Per binary head k with labels ``y_ik in {-1, +1}`` and sample weights ``a_i``, the perturbed
+A K-class task has K one-vs-rest columns, a binary task one column (:func:`head_columns`).
+Per column k with labels ``y_ik in {-1, +1}`` and sample weights ``a_i``, the perturbed
 training objective of Guo et al. (ICML 2020, eq. 1) with DecoRemoval's sample weights is
 
     L_b(w_k; D) = sum_i a_i l(w_k . x_i, y_ik) + (lam * n / 2) ||w_k||^2 + b_k . w_k,
@@ -29,15 +30,47 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
+def head_columns(num_classes: int) -> int:
+    """Columns of the head for ``num_classes`` classes: 1 for a binary task, else K.
+
+    A binary task is one logistic regression (labels -1/+1 for classes 0/1), not two
+    one-vs-rest heads that would each be charged (``method.md`` section 1).
+    """
+    if num_classes < 2:
+        raise InputError(f"a classifier needs at least 2 classes, got {num_classes}")
+    return 1 if num_classes == 2 else num_classes
+
+
 def signed_labels(y: IntArray, num_classes: int) -> FloatArray:
-    """One-vs-rest labels: ``Y[i, k] = +1`` if ``y_i == k`` else ``-1`` (shape (n, K))."""
+    """Labels in {-1, +1}, shape (n, :func:`head_columns`).
+
+    K > 2: one-vs-rest, ``Y[i, k] = +1`` if ``y_i == k`` else ``-1``. K = 2: one column,
+    ``+1`` for class 1 and ``-1`` for class 0.
+    """
     if y.ndim != 1:
         raise InputError(f"labels must be 1-D, got shape {y.shape}")
     if y.size and (y.min() < 0 or y.max() >= num_classes):
         raise InputError(f"labels must lie in [0, {num_classes}), got [{y.min()}, {y.max()}]")
+    if head_columns(num_classes) == 1:
+        return np.where(y == 1, 1.0, -1.0)[:, None]
     out = -np.ones((y.shape[0], num_classes), dtype=np.float64)
     out[np.arange(y.shape[0]), y] = 1.0
     return out
+
+
+def predict_classes(scores: FloatArray) -> IntArray:
+    """Class of each row from decision scores ``X @ W`` (n, columns): argmax, or ``s > 0``."""
+    s = np.asarray(scores)
+    if s.ndim != 2:
+        raise InputError(f"scores must be (n, columns), got shape {s.shape}")
+    if s.shape[1] == 1:
+        return np.asarray(s[:, 0] > 0.0, dtype=np.int64)
+    return np.asarray(np.argmax(s, axis=1), dtype=np.int64)
+
+
+def class_labels(Y: FloatArray) -> IntArray:
+    """Inverse of :func:`signed_labels`: class indices from signed labels (n, columns)."""
+    return predict_classes(Y)
 
 
 def sigmoid(t: FloatArray) -> FloatArray:

@@ -59,7 +59,7 @@ def train_head(
 ) -> TrainResult:
     """Newton iterations to the minimiser of ``L_b`` on the retained rows of ``data``."""
     start = time.perf_counter()
-    d, k = data.dim, data.num_classes
+    d, k = data.dim, data.columns
     W = np.zeros((d, k)) if W0 is None else np.array(W0, dtype=np.float64)
     scale = max(1, data.retained_count)
     stats = data.statistics(W, hessian=True, gram=True)

@@ -3,8 +3,9 @@
 With loss perturbation ``b ~ N(0, sigma^2 I)`` and ``c = sqrt(2 ln(1.5 / delta))``:
 
 * the residual budget is ``eps' = sigma * epsilon / c`` (Theorem 3 solved for ``eps'``);
-* an accumulated gradient residual ``beta`` (summed over the K one-vs-rest heads and over every
-  removal since the last retrain) spends ``epsilon(beta) = c * beta / sigma``;
+* the charge ``beta`` since the last retrain (the L2 norm of the stacked per-class residuals,
+  accumulated per ``accounting``: :mod:`simulator.head.accounting`) spends
+  ``epsilon(beta) = c * beta / sigma``, with one ``delta`` for the whole head;
 * the used ratio is ``beta / eps'`` (= ``epsilon(beta) / epsilon``); the head retrains before it
   would exceed 1.
 
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from simulator.errors import InputError
-from simulator.head.certificate import certificate_constant, residual_budget
+from simulator.head.certificate import epsilon_spent, residual_budget
 
 #: Bound kinds of the per-batch residual, in report order.
 BOUND_KINDS: tuple[str, ...] = ("worst", "data", "exact")
@@ -28,6 +29,7 @@ BOUND_KINDS: tuple[str, ...] = ("worst", "data", "exact")
 class CertificateStatus:
     """Where the certificate stands after a batch (module docstring)."""
 
+    accounting: str = "guo"
     residual: dict[str, float] = field(default_factory=dict)
     cumulative: float = 0.0
     budget: float = math.nan
@@ -39,6 +41,7 @@ class CertificateStatus:
 
 def certificate_status(
     *,
+    accounting: str,
     cumulative: float,
     sigma: float,
     epsilon: float,
@@ -52,7 +55,6 @@ def certificate_status(
     """
     if not cumulative >= 0 or not math.isfinite(cumulative):
         raise InputError(f"cumulative residual must be finite and >= 0, got {cumulative}")
-    c = certificate_constant(delta)
     budget = residual_budget(sigma=sigma, epsilon=epsilon, delta=delta)
     kept: dict[str, float] = {}
     for kind, value in (residual or {}).items():
@@ -61,11 +63,12 @@ def certificate_status(
         if value is not None:
             kept[kind] = float(value)
     return CertificateStatus(
+        accounting=accounting,
         residual=kept,
         cumulative=float(cumulative),
         budget=budget,
         used_ratio=cumulative / budget,
-        epsilon_spent=c * cumulative / sigma,
+        epsilon_spent=epsilon_spent(cumulative, sigma=sigma, delta=delta),
         epsilon_target=float(epsilon),
         delta=float(delta),
     )

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from scipy.special import ndtr
 
 from simulator.errors import InputError
-from simulator.head import LocalHeadData, train_head
+from simulator.head import LocalHeadData, head_columns, train_head
 from simulator.metrics.scores import class_probabilities, lira_phi
 
 FloatArray = NDArray[np.float64]
@@ -72,13 +72,14 @@ def train_references(
     if ids.size < 2:
         raise InputError("LiRA references need at least two retained rows")
     n, d = features.shape
-    heads = np.empty((count, d, num_classes))
+    columns = head_columns(num_classes)
+    heads = np.empty((count, d, columns))
     members = np.zeros((count, n), dtype=bool)
     for r in range(count):
         half = np.sort(rng.choice(ids, size=ids.size // 2, replace=False))
         members[r, half] = True
         data = LocalHeadData(features[half], labels[half], num_classes)
-        b = rng.normal(0.0, sigma, size=(d, num_classes))
+        b = rng.normal(0.0, sigma, size=(d, columns))
         heads[r] = train_head(data, b, lam=lam, tol=tol).W
     return LiraReferences(heads, members)
 

@@ -30,10 +30,10 @@ def head_config(scenario: Scenario) -> HeadConfig:
         sigma=h.sigma,
         epsilon=h.epsilon,
         delta=h.delta,
-        bound=h.bound,
+        accounting=h.accounting,
+        report_exact=reports_exact_residual(scenario),
         tol=h.tol,
         refresh_every=h.refresh_every,
-        report_exact=reports_exact_residual(scenario),
     )
 
 
@@ -48,10 +48,11 @@ def decorrelation_config(scenario: Scenario) -> DecorrelationConfig:
     """The decorrelation weights' settings from the ``decorrelation`` section."""
     dc = scenario.decorrelation
     return DecorrelationConfig(
+        objective=dc.objective,
         features=dc.features,
         functions=dc.functions,
         steps=dc.steps,
-        warm_steps=dc.warm_steps,
         lr=dc.lr,
         penalty=dc.penalty,
+        max_weight=dc.max_weight,
     )

@@ -11,14 +11,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head import LocalHeadData, RemovalReport, train_head
+from simulator.federation.client import cold_fit as fit_cold
+from simulator.head import (
+    CertifiedHead,
+    LocalHeadData,
+    RemovalReport,
+    predict_classes,
+    train_head,
+)
+from simulator.head.certificate import stacked_norm
+from simulator.head.logistic import objective_gradient
 from simulator.metrics import (
     accuracy,
     certificate_status,
@@ -28,6 +37,7 @@ from simulator.metrics import (
 )
 from simulator.runner.monitoring import RunMonitor
 from simulator.runner.setup import Federation
+from simulator.runner.shards import weighting_plan
 from simulator.stream import DeletionReceipt, DeletionRequest, batches
 
 FloatArray = NDArray[np.float64]
@@ -65,25 +75,69 @@ def _score(out: dict[str, float], split: str, y: IntArray, pred: IntArray) -> No
     out[f"f1_{split}"] = weighted_f1(y, pred)
 
 
-def retrained_head(fed: Federation) -> tuple[FloatArray, float]:
-    """Head retrained exactly on the retained rows with the same perturbation and weights."""
-    ids = np.concatenate([c.retained_ids for c in fed.clients.values()])
-    weights = np.concatenate([c.data.weights[c.data.retained_ids] for c in fed.clients.values()])
+@dataclass(frozen=True, eq=False)
+class ColdFit:
+    """``A(D')``'s objective: the retained rows with weights fitted from scratch on them.
+
+    ``weight_gap`` is the largest difference between the clients' current weights and these
+    (0 up to rounding when every client refits cold, as the certificate requires).
+    """
+
+    data: LocalHeadData
+    weight_gap: float
+
+
+def cold_fit(fed: Federation) -> ColdFit:
+    """Fit every client's weights from scratch on its retained rows, on the server's features.
+
+    This is what a retrain from scratch on ``D'`` does (``method.md`` section 2), computed
+    independently of the clients, whatever the transport.
+    """
+    ids_parts, weight_parts, gap = [], [], 0.0
+    for cid, client in sorted(fed.clients.items()):
+        ids, current = client.retained_weights()
+        plan = weighting_plan(fed.scenario, cid)
+        cold = np.ones(ids.size)
+        if plan is not None and ids.size >= 2:
+            fit = fit_cold(plan, fed.train_features[ids], fed.dataset.y_train[ids])
+            cold = np.asarray(fit.weights, dtype=np.float64)
+        if ids.size:
+            gap = max(gap, float(np.max(np.abs(cold - current))))
+        ids_parts.append(ids)
+        weight_parts.append(cold)
+    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)
+    weights = np.concatenate(weight_parts) if weight_parts else np.zeros(0)
     order = np.argsort(ids)
     ids, weights = ids[order], weights[order]
-    t = time.perf_counter()
-    ref = train_head(
-        LocalHeadData(
-            fed.train_features[ids],
-            fed.dataset.y_train[ids],
-            fed.dataset.num_classes,
-            weights=weights,
-        ),
-        fed.head.b,
-        lam=fed.head.config.lam,
-        tol=fed.head.config.tol,
+    data = LocalHeadData(
+        fed.train_features[ids], fed.dataset.y_train[ids], fed.dataset.num_classes, weights=weights
     )
-    return ref.W, time.perf_counter() - t
+    return ColdFit(data, gap)
+
+
+def retrained_head(fed: Federation) -> tuple[FloatArray, float, dict[str, float]]:
+    """``A(D')``: weights fitted cold and the head trained from scratch with the same ``b``.
+
+    Returns the head, the seconds it took, and the certificate checked against it: the released
+    head's exact residual on ``A(D')``'s objective (``residual_against_cold_fit``, which the
+    budget must cover) and the clients' weight gap to the cold fit.
+    """
+    t = time.perf_counter()
+    ref = cold_fit(fed)
+    cfg = fed.head.config
+    trained = train_head(ref.data, fed.head.b, lam=cfg.lam, tol=cfg.tol)
+    seconds = time.perf_counter() - t
+    W = fed.head.W
+    stats = ref.data.statistics(W, hessian=False)
+    residual = stacked_norm(
+        np.linalg.norm(objective_gradient(stats, W, fed.head.b, lam=cfg.lam), axis=0)
+    )
+    check = {
+        "residual_against_cold_fit": residual,
+        "weight_gap_to_cold_fit": ref.weight_gap,
+        "budget": fed.head.budget,
+    }
+    return trained.W, seconds, check
 
 
 def reference(
@@ -100,15 +154,16 @@ def reference(
     model-dependent drift number for the retrained head (``privacy`` and ``drift`` keys, the
     same layout as a batch event's).
     """
-    W_ref, seconds = retrained_head(fed)
+    W_ref, seconds, check = retrained_head(fed)
     W = fed.head.W
     out: dict[str, Any] = {
         "param_distance_relative": relative_distance(W, W_ref),
         "retrain_seconds": seconds,
+        **check,
     }
     for split in fed.eval_sets.base:
         Z, y = fed.eval_sets.features(split, tick)
-        pred_ref = np.asarray(np.argmax(Z @ W_ref, axis=1), dtype=np.int64)
+        pred_ref = predict_classes(Z @ W_ref)
         out[f"reference_accuracy_{split}"] = accuracy(y, pred_ref)
         out[f"reference_f1_{split}"] = weighted_f1(y, pred_ref)
         out[f"prediction_agreement_{split}"] = prediction_agreement(pred_ref, fed.head.predict(Z))
@@ -151,9 +206,31 @@ def expand(fed: Federation, batch: Sequence[DeletionRequest]) -> tuple[list[int]
     return ids, rejected
 
 
+def receipt(
+    req: DeletionRequest,
+    reason: str | None,
+    head: CertifiedHead,
+    report: RemovalReport | None,
+    applied_at: datetime,
+) -> DeletionReceipt:
+    """The receipt of one request of a batch: rejected with ``reason``, or applied."""
+    return DeletionReceipt(
+        request_id=req.request_id,
+        status="rejected" if reason else "applied",
+        reason=reason,
+        model_version=head.model_version,
+        residual=None if reason or report is None else report.charged,
+        epsilon_spent=None if reason else head.epsilon_spent,
+        accounting=None if reason else head.config.accounting,
+        delta=None if reason else head.config.delta,
+        applied_at=applied_at,
+    )
+
+
 def removal_fields(report: RemovalReport) -> dict[str, Any]:
     """The event fields describing one certified removal (shared with the Kafka consumer)."""
     return {
+        "accounting": report.accounting,
         "residual_worst": report.residual_worst,
         "residual_data": report.residual_data,
         "residual_exact": report.residual_exact,
@@ -162,8 +239,10 @@ def removal_fields(report: RemovalReport) -> dict[str, Any]:
         "budget": report.budget,
         "budget_used_ratio": report.budget_used_ratio,
         "epsilon_spent": report.epsilon_spent,
+        "delta": report.delta,
         "retrained": report.retrained,
         "retrain_reason": report.retrain_reason,
+        "retrain_newton_iterations": report.retrain_iterations,
         "retained": report.retained,
     }
 
@@ -189,17 +268,7 @@ def apply_batch(
         reason = rejected.get(req.request_id)
         if reason is None and report is None:
             raise InputError("a batch with accepted requests produced no removal")
-        state.receipts.append(
-            DeletionReceipt(
-                request_id=req.request_id,
-                status="rejected" if reason else "applied",
-                reason=reason,
-                model_version=fed.head.model_version,
-                residual=None if reason or report is None else report.charged,
-                epsilon_spent=None if reason else fed.head.epsilon_spent,
-                applied_at=applied_at,
-            )
-        )
+        state.receipts.append(receipt(req, reason, fed.head, report, applied_at))
     event: dict[str, Any] = {
         "event": "deletion_batch",
         "batch": index,
@@ -219,6 +288,7 @@ def apply_batch(
         event.update(removal_fields(report), model_version=report.model_version)
         event["timings"] = report.timings
         event["certificate"] = certificate_section(fed, report)
+        event["decorrelation"] = weight_reports(fed, sorted(fed.head_data.last_routing))
     if monitor_seconds is not None:
         event.setdefault("timings", {})["monitor_start"] = monitor_seconds
     _evaluate_batch(fed, state, index, tick, event)
@@ -230,6 +300,7 @@ def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any
     """Certificate metrics after a removal (``simulator.metrics.certificate``)."""
     h = fed.scenario.head
     status = certificate_status(
+        accounting=report.accounting,
         cumulative=report.cumulative,
         sigma=h.sigma,
         epsilon=h.epsilon,
@@ -241,6 +312,17 @@ def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any
         },
     )
     return {**asdict(status), "retrains": fed.head.retrains}
+
+
+def weight_reports(fed: Federation, clients: Sequence[int]) -> dict[str, dict[str, float]]:
+    """The listed clients' latest decorrelation fits (n_eff/n, weight range, class masses)."""
+    out: dict[str, dict[str, float]] = {}
+    for cid in clients:
+        client = fed.clients.get(cid)
+        report = None if client is None else client.last_weights
+        if report is not None:
+            out[str(cid)] = report.to_flat()
+    return out
 
 
 def _evaluate_batch(

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.features.rff import median_bandwidth
+from simulator.head import predict_classes
 from simulator.metrics import (
     AttackSummary,
     ChangeMonitor,
@@ -162,7 +163,7 @@ class RunMonitor:
         privacy = self._privacy(W, sets, index)
         t_mia = time.perf_counter() - t
         Zt, _ = self.fed.eval_sets.features("test", tick)
-        pred = label_distribution(np.argmax(Zt @ W, axis=1), self.fed.dataset.num_classes)
+        pred = label_distribution(predict_classes(Zt @ W), self.fed.dataset.num_classes)
         drift = {
             "label": {
                 "predicted_test_vs_start": {

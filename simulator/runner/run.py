@@ -99,7 +99,9 @@ def run_scenario(
 
 def _start_event(fed: Federation) -> dict[str, Any]:
     head = fed.head
-    weights = {str(c): vars(cl.last_weights) for c, cl in fed.clients.items() if cl.last_weights}
+    weights = {
+        str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
+    }
     return {
         "event": "start",
         "scenario": fed.scenario.name,
@@ -115,6 +117,8 @@ def _start_event(fed: Federation) -> dict[str, Any]:
         "head_newton_iterations": head.last_fit_iterations,
         "training_residual": head.cumulative_residual,
         "budget": head.budget,
+        "accounting": head.config.accounting,
+        "delta": head.config.delta,
         "requests": len(fed.requests),
         "decorrelation_weights": weights,
         "metrics": evaluate(fed, 0, []),
@@ -140,6 +144,7 @@ def _end_event(
         "retained": fed.head_data.retained_count,
         "retrains_budget": retrains_budget,
         "retrains_method": retrains_method,
+        "accounting": head.config.accounting,
         "epsilon_spent": head.epsilon_spent,
         "epsilon_target": fed.scenario.head.epsilon,
         "delta": fed.scenario.head.delta,
@@ -148,6 +153,9 @@ def _end_event(
         "model_version": head.model_version,
         "excluded_clients": {str(c): r for c, r in sorted(fed.excluded.items())},
         "extractor_certified": fed.extractor_certified,
+        "decorrelation_weights": {
+            str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
+        },
         "metrics": evaluate(fed, last_tick, state.forgotten),
         "wall_seconds": time.perf_counter() - wall,
     }

@@ -12,8 +12,9 @@ once; :mod:`simulator.scenario.problems` turns them into one line per problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 #: Error type used for the collected problems (see ``problems.py``).
@@ -25,9 +26,25 @@ Loc = tuple[str | int, ...]
 
 
 class Section(BaseModel):
-    """Base of every scenario model: strict, frozen, unknown keys are errors."""
+    """Base of every scenario model: strict, frozen, unknown keys are errors.
+
+    ``retired_keys`` maps keys that earlier versions accepted to what replaced them, so an old
+    scenario gets that explanation instead of "extra inputs are not permitted".
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+    retired_keys: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_retired_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.retired_keys:
+            checks = Checks()
+            for key, why in cls.retired_keys.items():
+                if key in data:
+                    checks.add((key,), why)
+            checks.raise_if_any()
+        return data
 
 
 @dataclass

@@ -9,7 +9,7 @@ Guo et al. ICML 2020, Eq. 2-4). Defaults follow ``notes/method.md``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -95,9 +95,26 @@ class RFFSpec(Section):
 
 
 class DecorrelationSpec(Section):
-    """Decorrelation sample weights (StableNet); used by method decoremoval only."""
+    """Decorrelation sample weights; used by method decoremoval only.
+
+    Every fit starts from uniform weights with the same seed and schedule, at training and
+    after every deletion, so the weights are a function of the retained rows alone (what a
+    retrain from scratch would fit; ``docs/decorrelation.md``).
+    """
+
+    retired_keys: ClassVar[dict[str, str]] = {
+        "warm_steps": "removed: weights are refitted cold (decorrelation.steps from uniform) "
+        "after every deletion, never warm-started from weights that saw the deleted rows",
+    }
 
     enabled: bool = Field(default=True, description="Learn decorrelation weights.")
+    objective: Literal["paper", "stablenet", "class_conditional"] = Field(
+        default="paper",
+        description="Dependence minimised: paper = the paper's covariance of the re-weighted "
+        "features w_i u(Z_i); stablenet = StableNet's weighted covariance (can collapse the "
+        "mass onto one class); class_conditional = the paper's estimator within each class, "
+        "class masses fixed.",
+    )
     features: int | None = Field(
         default=64,
         ge=1,
@@ -106,34 +123,41 @@ class DecorrelationSpec(Section):
     )
     functions: int = Field(default=1, ge=1, description="Random Fourier functions per column.")
     steps: int = Field(
-        default=100, ge=0, description="Optimisation steps of the weights at training."
-    )
-    warm_steps: int = Field(
-        default=20, ge=0, description="Steps after a deletion, warm-started from the old weights."
+        default=100, ge=0, description="Adam steps of every fit (from uniform weights)."
     )
     lr: float = Field(default=0.05, gt=0, description="Learning rate of the weight optimiser.")
     penalty: float = Field(
         default=0.1, ge=0, description="Weight of the sum-of-squares penalty on w."
+    )
+    max_weight: float | None = Field(
+        default=None, ge=1, description="Cap on every weight (>= 1, the mean); null = no cap."
     )
 
 
 class HeadSpec(Section):
     """Certified linear head: L2-regularised logistic regression with loss perturbation."""
 
+    retired_keys: ClassVar[dict[str, str]] = {
+        "bound": "renamed to head.accounting: guo (Guo et al.'s data-dependent bound, was "
+        "'data'), worst, or exact (a diagnostic; see docs/certified-head.md)",
+    }
+
     lam: float = Field(default=1e-3, gt=0, description="L2 regularisation lambda (times n).")
     sigma: float = Field(default=10.0, gt=0, description="Std of the perturbation vector b.")
     epsilon: float = Field(default=1.0, gt=0, description="Certificate epsilon.")
     delta: float = Field(default=1e-4, gt=0, lt=1, description="Certificate delta.")
-    bound: Literal["exact", "data", "worst"] = Field(
-        default="exact",
-        description="Residual charged to the budget: exact gradient norm (default; one "
-        "gradient round, the tightest valid number), data-dependent bound or worst-case bound.",
+    accounting: Literal["guo", "worst", "exact"] = Field(
+        default="guo",
+        description="What is charged to the budget: guo = Guo et al.'s data-dependent bound "
+        "summed over removals (their accounting); worst = the worst-case bound; exact = the "
+        "exact residual of the current head, a DIAGNOSTIC whose retrain decision depends on "
+        "the noise b (not covered by the theorem).",
     )
     report_exact: bool | None = Field(
         default=None,
-        description="Also compute the exact residual after every removal when the bound does "
-        "not charge it (a diagnostic: the events' residual_exact; one more round trip to every "
-        "client per batch). Default: on, except on flower-deploy.",
+        description="Also compute the exact residual after every removal (a diagnostic: the "
+        "events' residual_exact; one gradient round over all clients per batch). Default (null): "
+        "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
     tol: float = Field(default=1e-8, gt=0, description="Gradient-norm tolerance of head training.")
     refresh_every: int = Field(

@@ -92,7 +92,17 @@ class DeletionReceipt(_Event):
     reason: str | None = Field(default=None, description="Why it was rejected (required then).")
     model_version: int = Field(ge=0, description="Head version after the request.")
     residual: float | None = Field(default=None, ge=0, description="Gradient residual charged.")
-    epsilon_spent: float | None = Field(default=None, ge=0, description="Budget spent so far.")
+    epsilon_spent: float | None = Field(
+        default=None,
+        ge=0,
+        description="Epsilon spent since the last retrain (monotone until the next retrain).",
+    )
+    accounting: Literal["guo", "worst", "exact"] | None = Field(
+        default=None, description="What the certificate charges (head.accounting)."
+    )
+    delta: float | None = Field(
+        default=None, gt=0, lt=1, description="The delta epsilon_spent holds with."
+    )
     applied_at: AwareDatetime = Field(description="When the outcome was decided.")
 
     @model_validator(mode="after")

@@ -121,7 +121,7 @@ class ModelSettings:
     lr: float = 1e-3
     rff_dim: int = 512
     rff_bandwidth: float | None = None
-    head: HeadConfig = field(default_factory=lambda: HeadConfig(bound="exact"))
+    head: HeadConfig = field(default_factory=HeadConfig)
     decorrelation: DecorrelationConfig = field(default_factory=DecorrelationConfig)
     device: str = "cpu"
 

@@ -5,7 +5,7 @@ Both train the extractor and draw the RFF map once on every training row
 :class:`~simulator.head.CertifiedHead` on the frozen features and remove from it with its
 certified Newton steps (Guo et al., ICML 2020; DecoRemoval Sec. 3.3, Algorithm 1). They
 differ only in the sample weights of the head's loss: uniform for CR, decorrelation weights
-refitted after every deletion for DecoRemoval.
+fitted cold on the retained rows after every deletion for DecoRemoval.
 """
 
 from __future__ import annotations
