@@ -1,8 +1,9 @@
 """Benchmark: the same federation on each transport, and where the time goes (issues 4, 18).
 
 Workload: ``scenarios/federation_tiny.yaml`` scaled to N IID clients (100 rows each), one
-FedAvg round, 32 random Fourier features, DecoRemoval head (exact accounting, the scenario
-default), a deletion stream of single-client requests spread over all clients, no attacks,
+FedAvg round, 32 random Fourier features, DecoRemoval head (``guo`` accounting, the scenario
+default; ``--set head.accounting=exact`` adds the all-client gradient round to every batch), a
+deletion stream of single-client requests spread over all clients, no attacks,
 detectors or retrained reference (they run on the server alike for every transport). Each
 transport runs through the command line (``unlearnsim run --transport ...``) in a fresh
 process, for each client count; for each run:
@@ -14,9 +15,10 @@ process, for each client count; for each run:
   round trip, and the slowest client's own handler time in it; the rest is Flower (polling,
   transfer, the worker's fork);
 * end-to-end deletion latency: one certified removal batch (deletions routed to the owners
-  and answered, Newton step, exact residual round), median, mean and max over batches, and
-  its two round trips (``statistics``: the owners' ``train.unlearn``; ``exact``: the gradient
-  at the new head from every client);
+  and answered, Newton step, and the exact residual round or a retrain when one is due),
+  median, mean and max over batches, the batches that retrained, and the mean of its round
+  trips (``statistics``: the owners' ``train.unlearn``; ``exact``: the gradient at the new
+  head from every client, when computed);
 * the largest difference of the final head from the in-process one.
 
 ``--idle SECONDS`` also measures the CPU an idle local Deployment Engine fleet burns (the
@@ -69,12 +71,14 @@ def overrides(clients: int) -> list[str]:
     ]
 
 
-def run(transport: str, clients: int, folder: Path, timeout: float) -> dict[str, Any]:
+def run(
+    transport: str, clients: int, folder: Path, timeout: float, extra: list[str]
+) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "server.cli", "run", str(SCENARIO), "--transport", transport,
         "--output", str(folder), "--no-progress", "--no-plots",
     ]  # fmt: skip
-    for o in overrides(clients):
+    for o in [*overrides(clients), *extra]:
         cmd += ["--set", o]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
@@ -106,6 +110,7 @@ def summarise(transport: str, folder: Path, total: float) -> dict[str, Any]:
         # the batch's two round trips: the owners' deletion, every client's gradient
         "deletion_owners_round_trip_mean_seconds": _mean(t.get("statistics") for t in timed),
         "deletion_exact_round_trip_mean_seconds": _mean(t.get("exact") for t in timed),
+        "deletion_batches_retrained": sum(1 for t in timed if "retrain" in t),
         "messages": {},
     }
     path = folder / "transport.json"
@@ -186,7 +191,7 @@ def table(results: list[dict[str, Any]]) -> Table:
     t = Table(title="federation, seconds (round trips: wall / slowest client's compute)")
     for col in (
         "transport", "clients", "total", "start", "run", "FedAvg round", "stats round",
-        "deletion (median/max)", "owners / all", "Flower share", "max |dW|", "load",
+        "deletion (median/max)", "retrained", "owners / all", "Flower share", "max |dW|", "load",
     ):  # fmt: skip
         t.add_column(col, justify="right")
     for r in results:
@@ -199,8 +204,13 @@ def table(results: list[dict[str, Any]]) -> Table:
             return f"{s['wall_per_round_trip']:.2f} / {s['client_per_round_trip']:.2f}"
 
         share = r.get("flower_overhead_share")
-        owners = r["deletion_owners_round_trip_mean_seconds"] or 0.0
-        exact = r["deletion_exact_round_trip_mean_seconds"] or 0.0
+        owners, exact = (
+            "-" if v is None else f"{v:.2f}"
+            for v in (
+                r["deletion_owners_round_trip_mean_seconds"],
+                r["deletion_exact_round_trip_mean_seconds"],
+            )
+        )
         load = r["load_average_1min"]
         t.add_row(
             r["transport"],
@@ -211,7 +221,8 @@ def table(results: list[dict[str, Any]]) -> Table:
             pair("train"),
             pair("query.gradhess"),
             f"{r['deletion_latency_median_seconds']:.2f} / {r['deletion_latency_max_seconds']:.2f}",
-            f"{owners:.2f} / {exact:.2f}",
+            f"{r['deletion_batches_retrained']} of {r['deletion_batches']}",
+            f"{owners} / {exact}",
             "-" if share is None else f"{share:.0%} of run",
             f"{r.get('head_max_abs_diff_vs_inprocess', float('nan')):.1e}",
             f"{load['before']:.1f}-{load['after']:.1f}",
@@ -225,6 +236,8 @@ def main() -> None:
     p.add_argument("--transports", default="inprocess,flower-sim,flower-deploy")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per transport")
     p.add_argument("--idle", type=float, default=0.0, help="seconds of idle-fleet CPU to sample")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="one more scenario override for every run (repeatable)")  # fmt: skip
     args = p.parse_args()
     console = Console(width=160)
     counts = [int(c) for c in args.clients.split(",")]
@@ -233,7 +246,7 @@ def main() -> None:
         for transport in args.transports.split(","):
             console.print(f"[bold]{transport}[/]: running {clients} clients ...")
             folder = RUNS / f"{transport}-{clients}"
-            results.append(run(transport, clients, folder, args.timeout))
+            results.append(run(transport, clients, folder, args.timeout, args.overrides))
             results[-1]["clients"] = clients
             results[-1]["folder"] = str(folder.relative_to(ROOT))
     for r in results:
@@ -253,7 +266,7 @@ def main() -> None:
         "benchmark": "federation",
         "clients": counts,
         "scenario": str(SCENARIO.relative_to(ROOT)),
-        "overrides": {str(c): overrides(c) for c in counts},
+        "overrides": {str(c): [*overrides(c), *args.overrides] for c in counts},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "results": results,
         "idle_fleet": idle,
