@@ -236,6 +236,7 @@ def main() -> None:
     p.add_argument("--transports", default="inprocess,flower-sim,flower-deploy")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per transport")
     p.add_argument("--idle", type=float, default=0.0, help="seconds of idle-fleet CPU to sample")
+    p.add_argument("--out", type=Path, default=RESULTS / "federation.json", help="JSON file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="one more scenario override for every run (repeatable)")  # fmt: skip
     args = p.parse_args()
@@ -271,9 +272,9 @@ def main() -> None:
         "results": results,
         "idle_fleet": idle,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "federation.json").write_text(json.dumps(payload, indent=2) + "\n")
-    console.print(f"wrote {RESULTS / 'federation.json'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
