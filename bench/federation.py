@@ -155,7 +155,7 @@ def fleet_cpu_seconds(pids: list[int]) -> float:
     return total / ticks
 
 
-def idle_cpu(clients: int, seconds: float, settle: float = 10.0) -> list[dict[str, Any]]:
+def idle_cpu(clients: int, seconds: float, settle: float = 25.0) -> list[dict[str, Any]]:
     """% of one core an idle local fleet uses, per SuperNode kind (see the module doc)."""
     from server.flower.processes import LOCAL_POLL, LocalFederation
 
@@ -169,7 +169,7 @@ def idle_cpu(clients: int, seconds: float, settle: float = 10.0) -> list[dict[st
         folder = RUNS / f"idle-{clients}-{len(out)}"
         with LocalFederation(folder, clients, **options) as fed:
             fed.wait_ready()
-            time.sleep(settle)  # imports done, polls backed off
+            time.sleep(settle)  # imports done (stock SuperNodes start theirs now), polls backed off
             pids = [p.pid for p in fed.processes.values()]
             load, before, t0 = os.getloadavg()[0], fleet_cpu_seconds(pids), time.monotonic()
             time.sleep(seconds)
@@ -244,15 +244,16 @@ def main() -> None:
     counts = [int(c) for c in args.clients.split(",")]
     results = []
     for clients in counts:
-        for transport in args.transports.split(","):
+        for transport in [t for t in args.transports.split(",") if t]:
             console.print(f"[bold]{transport}[/]: running {clients} clients ...")
             folder = RUNS / f"{transport}-{clients}"
             results.append(run(transport, clients, folder, args.timeout, args.overrides))
             results[-1]["clients"] = clients
             results[-1]["folder"] = str(folder.relative_to(ROOT))
-    for r in results:
+    ran = {(r["transport"], r["clients"]) for r in results}
+    for r in results:  # against this invocation's own in-process run only
         base = RUNS / f"inprocess-{r['clients']}" / "head.npz"
-        if base.exists():
+        if ("inprocess", r["clients"]) in ran:
             W = np.load(ROOT / r["folder"] / "head.npz")["W"]
             r["head_max_abs_diff_vs_inprocess"] = float(np.abs(W - np.load(base)["W"]).max())
     console.print(table(results))
