@@ -12,12 +12,13 @@ process (one import for all). Stops on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from server.flower.environment import POLL_ENV, SUPERNODE_PORT
+from server.flower.environment import FLOWER_ENV, POLL_ENV, SUPERNODE_PORT
 
 
 def register(sub: Any) -> None:
@@ -66,6 +67,8 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    for key, value in FLOWER_ENV.items():  # no telemetry, no update check, no `uv sync`
+        os.environ.setdefault(key, value)
     from server.flower.warm_nodes import launcher_from_args
 
     return launcher_from_args(args).run()
