@@ -13,7 +13,7 @@ import json
 import time
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
@@ -29,7 +29,10 @@ def timing_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
     started = time.perf_counter()
     reply = call_next(msg, context)
     if not reply.has_error():
-        reply.content[rec.TIMING] = ConfigRecord({"seconds": time.perf_counter() - started})
+        config = reply.content.config_records.get(rec.CONFIG)
+        if config is None:
+            config = reply.content[rec.CONFIG] = ConfigRecord()
+        config[rec.HANDLER_SECONDS] = time.perf_counter() - started
     return reply
 
 
@@ -41,7 +44,7 @@ def hello(msg: Message, context: Context) -> Message:
     """Say which partition this node holds."""
     parts = context.node_config.get("num-partitions", -1)
     reply = {"partition-id": partition_id(context), "num-partitions": int(parts)}
-    return Message(RecordDict({rec.REPLY: rec.config(reply)}), reply_to=msg)
+    return Message(rec.content(reply), reply_to=msg)
 
 
 @app.train()
@@ -49,20 +52,17 @@ def train(msg: Message, context: Context) -> Message:
     """One FedAvg round of the extractor on this client's shard."""
     from clients.build import local_update  # torch
 
-    cfg = msg.content.config_records[rec.CONFIG]
+    cfg = rec.config_of(msg.content)
     update = local_update(
         str(cfg["scenario"]),
         partition_id(context),
         rec.get_int(cfg, "round"),
-        rec.from_array_record(msg.content.array_records[rec.ARRAYS]),
+        rec.arrays_of(msg.content)[rec.MODEL],
     )
-    content = RecordDict({rec.METRICS: MetricRecord({"num-examples": 0, "loss": 0.0})})
-    if update is not None:
-        content[rec.ARRAYS] = rec.to_array_record(update.state)
-        content[rec.METRICS] = MetricRecord(
-            {"num-examples": update.num_examples, "loss": update.loss}
-        )
-    return Message(content, reply_to=msg)
+    if update is None:
+        return Message(rec.content({"num-examples": 0, "loss": 0.0}), reply_to=msg)
+    reply = {"num-examples": update.num_examples, "loss": update.loss}
+    return Message(rec.content(reply, {rec.MODEL: update.state}), reply_to=msg)
 
 
 @app.train("setup")
@@ -70,83 +70,80 @@ def setup(msg: Message, context: Context) -> Message:
     """Build the head rows from the frozen extractor and RFF map; fit the weights."""
     from clients.build import build_client  # torch
 
-    cfg = msg.content.config_records[rec.CONFIG]
+    arrays = rec.arrays_of(msg.content)
+    cfg = rec.config_of(msg.content)
     client, digest = build_client(
-        str(cfg["scenario"]),
-        partition_id(context),
-        rec.from_array_record(msg.content.array_records[rec.ARRAYS]),
-        rec.from_array_record(msg.content.array_records[rec.RFF]),
+        str(cfg["scenario"]), partition_id(context), arrays[rec.MODEL], arrays[rec.RFF]
     )
     save_client(context, client)
     reply = {"rows": int(client.sample_ids.size), "digest": digest, **_status(client)}
     # the head's training starts at W = 0 (simulator/head/training.py): answer it now
     W0 = np.zeros((client.data.dim, client.data.columns))
     first = client.statistics(W0, hessian=True, gram=True)
-    content = RecordDict(
-        {rec.REPLY: rec.config(reply), rec.RESULT: rec.to_array_record(encode_statistics(first))}
-    )
-    return Message(content, reply_to=msg)
+    out = {rec.RESULT: encode_statistics(first)}
+    if bool(cfg.get("weights", False)):
+        out[rec.ROW_WEIGHTS] = {"weights": client.data.weights}
+    return Message(rec.content(reply, out), reply_to=msg)
 
 
 @app.query("gradhess")
 def gradhess(msg: Message, context: Context) -> Message:
     """Loss, gradient (and Hessian, Gram) sums of the retained rows at the given head."""
     client = load_client(context)
-    head = rec.from_array_record(msg.content.array_records[rec.HEAD])
-    cfg = msg.content.config_records[rec.CONFIG]
+    head = rec.arrays_of(msg.content)[rec.HEAD]
+    cfg = rec.config_of(msg.content)
     stats = client.statistics(
         head["W"],
         hessian=bool(cfg["hessian"]),
         gram=bool(cfg["gram"]),
         hessian_at=head.get("hessian_at"),
     )
-    content = RecordDict({rec.RESULT: rec.to_array_record(encode_statistics(stats))})
-    return Message(content, reply_to=msg)
+    return Message(rec.content(None, {rec.RESULT: encode_statistics(stats)}), reply_to=msg)
 
 
 @app.train("unlearn")
 def unlearn(msg: Message, context: Context) -> Message:
-    """Delete rows, refit the decorrelation weights, return what changed in the objective."""
+    """Delete rows, refit the decorrelation weights, return what changed in the objective.
+
+    With ``weights`` set in the request, the reply also carries the client's new row weights
+    (what ``query.weights`` would answer next), so the server needs no second round trip.
+    """
     client = load_client(context)
-    ids = [int(i) for i in rec.from_array_record(msg.content.array_records[rec.IDS])["ids"]]
+    arrays = rec.arrays_of(msg.content)
+    ids = [int(i) for i in arrays[rec.IDS]["ids"]]
     unknown = client.unknown_ids(ids)
     if unknown:
         raise UnknownSampleError(unknown, f"shard of client {client.client_id}")
-    head = rec.from_array_record(msg.content.array_records[rec.HEAD])
+    head = arrays[rec.HEAD]
     change = client.delete(ids, W=head["W"], W_ref=head["W_ref"])
     save_client(context, client)
-    content = RecordDict(
-        {
-            rec.RESULT: rec.to_array_record(encode_deletion(change)),
-            rec.REPLY: rec.config(_status(client)),
-        }
-    )
-    return Message(content, reply_to=msg)
+    out = {rec.RESULT: encode_deletion(change)}
+    if bool(rec.config_of(msg.content).get("weights", False)):
+        out[rec.ROW_WEIGHTS] = {"weights": client.data.weights}
+    return Message(rec.content(_status(client), out), reply_to=msg)
 
 
 @app.query("weights")
 def weights(msg: Message, context: Context) -> Message:
     """Current weight of every row (0 for deleted rows)."""
     client = load_client(context)
-    arrays = {"weights": client.data.weights}
-    return Message(RecordDict({rec.RESULT: rec.to_array_record(arrays)}), reply_to=msg)
+    arrays = {rec.ROW_WEIGHTS: {"weights": client.data.weights}}
+    return Message(rec.content(None, arrays), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """This client's report at the given head (rows, deletions received, accuracy)."""
     client = load_client(context)
-    W = rec.from_array_record(msg.content.array_records[rec.HEAD])["W"]
+    W = rec.arrays_of(msg.content)[rec.HEAD]["W"]
     report = client.report(W)
-    metrics = MetricRecord(
-        {
-            "accuracy-retained": report.accuracy_retained,
-            "retained": report.retained,
-            "deletion-batches": report.deletion_batches,
-        }
-    )
-    reply = ConfigRecord({"report": json.dumps(report.to_dict())})
-    return Message(RecordDict({rec.REPLY: reply, rec.METRICS: metrics}), reply_to=msg)
+    reply = {
+        "report": json.dumps(report.to_dict()),
+        "accuracy-retained": report.accuracy_retained,
+        "retained": report.retained,
+        "deletion-batches": report.deletion_batches,
+    }
+    return Message(rec.content(reply), reply_to=msg)
 
 
 def _status(client: FederatedClient) -> dict[str, float | int]:

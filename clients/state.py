@@ -12,12 +12,7 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context
 
-from clients.records import (
-    STATE_SHARD,
-    STATE_SHARD_META,
-    from_array_record,
-    to_array_record,
-)
+from clients.records import STATE_SHARD, STATE_SHARD_META, pack, unpack
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientSnapshot, FederatedClient
 
@@ -37,7 +32,7 @@ def partition_id(context: Context) -> int:
 def save_client(context: Context, client: FederatedClient) -> None:
     """Store the client's snapshot in ``context.state``."""
     arrays, scalars = client.snapshot().to_arrays()
-    context.state[STATE_SHARD] = to_array_record(arrays)
+    context.state[STATE_SHARD] = pack({STATE_SHARD: arrays})
     context.state[STATE_SHARD_META] = ConfigRecord(dict(scalars))
 
 
@@ -45,7 +40,7 @@ def load_client(context: Context) -> FederatedClient:
     """The client saved by :func:`save_client` (bit-identical answers)."""
     if STATE_SHARD not in context.state.array_records:
         raise InputError("this client has no head rows yet: the server must send train.setup")
-    arrays = from_array_record(context.state.array_records[STATE_SHARD])
+    arrays = unpack(context.state.array_records[STATE_SHARD])[STATE_SHARD]
     meta = context.state.config_records[STATE_SHARD_META]
     scalars = {k: v for k, v in meta.items() if isinstance(v, int | float | str)}
     return FederatedClient.restore(ClientSnapshot.from_arrays(arrays, scalars))

@@ -19,7 +19,7 @@ from rich.console import Console
 from simulator.errors import UnlearnSimError
 
 #: Modules under ``server.commands`` that register subcommands, in help order.
-COMMANDS = ("run", "validate", "produce", "broker", "compare", "stack")
+COMMANDS = ("run", "validate", "produce", "broker", "compare", "stack", "supernode")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -68,6 +68,8 @@ def run_on_grid(
         with log_file.open("a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
+    if scenario.transport != transport:  # e.g. `flwr run` of a scenario file's own transport
+        scenario = scenario.model_copy(update={"transport": transport})
     fleet = Fleet(grid, settings, scenario.partition.num_clients, log=log)
     fleet.connect()
     flower = FlowerTransport(fleet, scenario, name=transport)
@@ -169,6 +171,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """``flwr run`` entry point: everything comes from the run config, and the metrics
     exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's)."""
+    _opt_in_polling()
     config = RunConfig.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
     console = Console(highlight=False)
@@ -185,3 +188,13 @@ def main(grid: Grid, context: Context) -> None:
             stream=config.kafka,
             run_id=int(context.run_id),
         )
+
+
+def _opt_in_polling() -> None:
+    """``UNLEARNSIM_FLOWER_POLL`` in the SuperLink's environment: a reply whose content is not
+    uploaded yet is pulled again after that many seconds, not Flower's 1 s (docs/flower.md)."""
+    from server.flower import flwr_internals
+
+    polling = flwr_internals.polling_from_env()
+    if polling is not None:
+        flwr_internals.apply_pull_backoff(polling.fast)

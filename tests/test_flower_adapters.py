@@ -18,13 +18,11 @@ from flower_loopback import LoopbackGrid
 from rich.console import Console
 
 from server.flower.settings import FleetSettings
-from server.kafka.producer import scenario_requests
 from server.server_app import run_on_grid
 from simulator.errors import ClientUnavailableError
 from simulator.runner import run_scenario
 from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import load_scenario
-from simulator.stream import batches
 
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
 FAST = FleetSettings(timeout=0.5, train_timeout=1.0, retries=1, poll_interval=0.001, node_wait=5.0)
@@ -49,14 +47,16 @@ def inprocess(folder: Path, overrides: list[str]) -> Path:
     return folder
 
 
-def loopback(folder: Path, overrides: list[str], grid: LoopbackGrid) -> Path:
+def loopback(
+    folder: Path, overrides: list[str], grid: LoopbackGrid, transport: str = "flower-sim"
+) -> Path:
     scenario = load_scenario(SCENARIO, overrides=[*overrides, "transport=flower-sim"])
     run_on_grid(
         grid,
         scenario,
         FAST,
         output_dir=folder,
-        transport="flower-sim",
+        transport=transport,
         console=quiet(),
         plots=False,
     )
@@ -97,6 +97,44 @@ def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path)
         b["retrain_newton_iterations"] + 2 for b in batches if b["retrained"]
     )
     assert transport["query.gradhess"]["round_trips"] <= newton + len(batches)
+    # the retrained reference (checkpoint 4) read the weights that setup and every deletion
+    # sent along: no query.weights round trip
+    assert any(e.get("checkpoints") for e in lines(out / "events.jsonl"))
+    assert "query.weights" not in transport
+    assert not [k for k in grid.sent if k[1] == "query.weights"]
+
+
+def test_a_deletion_batch_is_one_round_trip_unless_the_exact_residual_is_needed(
+    tmp_path: Path,
+) -> None:
+    """A bound that is charged (not the exact residual) needs no gradient round: on
+    flower-deploy each batch is one round trip to the owners only; ``head.report_exact``
+    brings back the diagnostic round to every client, and changes nothing else."""
+    charged = ["head.accounting=guo", "head.epsilon=1000000"]  # a budget no batch exceeds
+    runs = {}
+    for name, extra in (("default", []), ("report", ["head.report_exact=true"])):
+        grid = LoopbackGrid(3)
+        out = loopback(tmp_path / name, [*charged, *extra], grid, transport="flower-deploy")
+        events = lines(out / "events.jsonl")
+        runs[name] = (grid, out, events, json.loads((out / "transport.json").read_text()))
+    (g0, out0, ev0, t0), (g1, out1, ev1, t1) = runs["default"], runs["report"]
+    batches = [e for e in ev0 if e["event"] == "deletion_batch"]
+    assert batches and not any(e["retrained"] for e in batches)
+    assert (out0 / "receipts.jsonl").read_text() == (out1 / "receipts.jsonl").read_text()
+    np.testing.assert_array_equal(np.load(out0 / "head.npz")["W"], np.load(out1 / "head.npz")["W"])
+    assert not t0["exact_residual_round"] and t1["exact_residual_round"]
+    assert all(e["residual_exact"] is None for e in batches)
+    assert all(e["residual_exact"] is not None for e in ev1 if e["event"] == "deletion_batch")
+    # one round trip per batch, to client 1 only (it owns every deleted row) ...
+    assert t0["messages"]["train.unlearn"]["round_trips"] == len(batches)
+    assert g0.unlearn_messages() == {0: 0, 1: len(batches), 2: 0}
+    # ... and the diagnostic adds exactly one statistics round trip per batch, to everyone
+    gradhess = {
+        n: t["messages"]["query.gradhess"]["round_trips"] for n, t in (("0", t0), ("1", t1))
+    }
+    assert gradhess["1"] - gradhess["0"] == len(batches)
+    for c in range(3):
+        assert g1.sent[(c, "query.gradhess")] - g0.sent[(c, "query.gradhess")] == len(batches)
 
 
 def test_a_client_that_stops_answering_is_reported_and_excluded(tmp_path: Path) -> None:
@@ -152,23 +190,6 @@ def test_missing_supernodes_are_reported(tmp_path: Path) -> None:
             transport="flower-sim",
             console=quiet(),
         )
-
-
-def test_a_failure_after_the_receipts_keeps_them(tmp_path: Path) -> None:
-    """Client 0 dies at the retrained reference (weights query), after the batch was applied."""
-    grid = LoopbackGrid(3, kill_after={(0, "query.weights"): 0})
-    out = loopback(tmp_path, [], grid)
-    receipts = lines(out / "receipts.jsonl")
-    assert receipts and all(r["status"] == "applied" for r in receipts)
-    events = lines(out / "events.jsonl")
-    failed = [e for e in events if e.get("client_failures")]
-    assert len(failed) == 1 and "0" in failed[0]["client_failures"]
-    stream = load_scenario(SCENARIO).stream
-    planned = batches(scenario_requests(load_scenario(SCENARIO)), stream.max_batch_requests)
-    assert [e["batch"] for e in events if e["event"] == "deletion_batch"] == list(
-        range(len(planned))
-    )
-    assert "0" in events[-1]["excluded_clients"]
 
 
 def test_run_config_defaults_and_errors() -> None:

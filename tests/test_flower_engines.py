@@ -1,14 +1,16 @@
 """The federation on Flower's real engines, through the command line.
 
 * simulation engine (Ray): the same head and the same receipts as the in-process transport;
-* Deployment Engine (a SuperLink and 3 SuperNodes as processes): the same head and receipts,
-  deletions reach only the client that owns the rows (the SuperNodes' own logs say which
-  messages they received), a SuperNode SIGKILLed while the run still needs it is reported
-  instead of waited for, and every process the command started is stopped.
+* Deployment Engine (a SuperLink and 3 warm SuperNodes as processes): the same head and
+  receipts, deletions reach only the client that owns the rows (the SuperNodes' own logs say
+  which messages they received), every message is served by the SuperNode's warm worker, a
+  SuperNode SIGKILLed while the run still needs it is reported instead of waited for (its
+  worker goes with it), and every process the command started is stopped;
+* stock SuperNodes (``flower-supernode``, a ``flwr-clientapp`` process per message) still run
+  the app: marked slow (minutes of Flower's own polling).
 
-The Deployment Engine polls (seconds per round trip), so the scenario is tiny
-(``scenarios/federation_tiny.yaml``: 300 rows, 1 FedAvg round, 2 deletion batches) and the
-mid-stream kill, which also retrains the head over the survivors, is marked slow.
+The scenario is tiny (``scenarios/federation_tiny.yaml``: 300 rows, 1 FedAvg round, 2 deletion
+batches); with warm SuperNodes a run takes well under a minute.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).parent.parent
 SCENARIO = ROOT / "scenarios" / "federation_tiny.yaml"
-#: fewer Deployment Engine round trips: no retrained reference (its weights query)
+#: no retrained reference: the deployed run's checks are about Flower, not evaluation
 DEPLOY = ["evaluation.checkpoints=[]"]
+#: seconds the server waits for a client's reply (a warm round trip takes about one)
+TIMEOUT = "10"
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process control is Linux-only")
 
@@ -104,8 +108,18 @@ def stop(proc: subprocess.Popen[bytes], out: Path) -> None:
     listing = out / "flower" / "processes.json"
     if listing.exists():
         for pid in json.loads(listing.read_text())["pids"].values():
-            if alive(pid):
-                os.killpg(pid, signal.SIGKILL)  # each was started in its own session
+            if alive(pid):  # a session leader (SuperLink, launcher) or a launcher's child
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    os.kill(pid, signal.SIGKILL)
+
+
+def served_warm(out: Path, client: int) -> int:
+    """Tasks the warm worker of ``client`` served, checking none needed the stock path."""
+    log = (out / "flower" / f"clientapp-{client}.log").read_text()
+    assert "stock way" not in log, "the run's FAB is the preloaded code"
+    return sum(1 for line in log.splitlines() if line.startswith("task ") and "exit 0" in line)
 
 
 def wait_for_event(path: Path, kind: str, proc: subprocess.Popen[bytes], limit: float) -> None:
@@ -130,14 +144,13 @@ def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
     assert json.loads((out / "clients.json").read_text())["transport"] == "flower-sim"
 
 
-@pytest.mark.slow  # 4-6 min of Flower polling on 2 cores; run with -m slow
 def test_deployment_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
     """3 SuperNodes; deletions only at client 1; a SuperNode killed before the end."""
     reference = inprocess(tmp_path / "inprocess", DEPLOY)
     out = tmp_path / "deploy"
     log = (tmp_path / "cli.log").open("wb")
     proc = subprocess.Popen(
-        cli(out, "flower-deploy", "--client-timeout", "45", *sets(DEPLOY)),
+        cli(out, "flower-deploy", "--client-timeout", TIMEOUT, *sets(DEPLOY)),
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -157,22 +170,30 @@ def test_deployment_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
     assert "Receiving: train.unlearn" in logs[1]
     assert "train.unlearn" not in logs[0] and "train.unlearn" not in logs[2]
     assert all("Receiving: query.gradhess" in text for text in logs.values())
+    # every message a SuperNode received was served by its warm worker
+    for c, text in logs.items():
+        assert served_warm(out, c) == text.count("Receiving:") > 5
     # every process the command started is gone
     assert not [n for n, pid in pids.items() if alive(pid)]
 
 
-@pytest.mark.slow
 def test_deployment_engine_survives_a_supernode_killed_mid_stream(tmp_path: Path) -> None:
     out = tmp_path / "deploy"
     log = (tmp_path / "cli.log").open("wb")
     proc = subprocess.Popen(
-        cli(out, "flower-deploy", "--client-timeout", "45", *sets(DEPLOY)),
+        cli(out, "flower-deploy", "--client-timeout", TIMEOUT, *sets(DEPLOY)),
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         wait_for_event(out / "events.jsonl", "start", proc, limit=540)
         pids = json.loads((out / "flower" / "processes.json").read_text())["pids"]
         os.kill(pids["supernode-1"], signal.SIGKILL)  # client 1 owns every deletion
+        # its worker goes with it while the run goes on (it waits for client 1's reply)
+        deadline = time.monotonic() + 10
+        while alive(pids["clientapp-1"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(pids["clientapp-1"]) and proc.poll() is None
+        assert alive(pids["clientapp-0"]) and alive(pids["supernode-0"])
         assert proc.wait(timeout=420) == 0, (tmp_path / "cli.log").read_text()[-3000:]
     finally:
         stop(proc, out)
@@ -186,6 +207,29 @@ def test_deployment_engine_survives_a_supernode_killed_mid_stream(tmp_path: Path
     assert "1" in events[-1]["excluded_clients"]
     clients = json.loads((out / "clients.json").read_text())
     assert set(clients["clients"]) == {"0", "2"}
+    assert not [n for n, pid in pids.items() if alive(pid)]
+
+
+@pytest.mark.slow  # stock SuperNodes: a flwr-clientapp process per message, 3 s polls
+def test_stock_supernodes_still_run_the_app(tmp_path: Path) -> None:
+    """Without our workers or shorter waits (``flower-supernode``, as any Flower deployment
+    runs it) the app gives the same run: it keeps nothing between messages but
+    ``context.state``."""
+    from rich.console import Console
+
+    from server.flower.deployment import run_deployed
+    from server.flower.settings import FleetSettings
+
+    reference = inprocess(tmp_path / "inprocess", DEPLOY)
+    out = tmp_path / "stock"
+    scenario = load_scenario(SCENARIO, overrides=[*DEPLOY, "transport=flower-deploy"])
+    run_deployed(
+        scenario, out, FleetSettings(), console=Console(quiet=True), plots=False, stock=True
+    )
+    assert_same_run(reference, out)
+    pids = json.loads((out / "flower" / "processes.json").read_text())["pids"]
+    assert set(pids) == {"superlink", "supernode-0", "supernode-1", "supernode-2"}
+    assert not (out / "flower" / "clientapp-0.log").exists()
     assert not [n for n, pid in pids.items() if alive(pid)]
 
 

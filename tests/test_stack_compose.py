@@ -60,6 +60,8 @@ def test_every_command_runs_here() -> None:
         argv = service.argv()
         if argv[0] == "unlearnsim":
             args = parser.parse_args(argv[1:])
+            if args.command == "supernode":
+                continue
             scenario = load_scenario(ROOT / args.scenario, overrides=args.overrides)
             assert scenario.name
         else:
@@ -158,6 +160,11 @@ def test_native_plan_binds_loopback_only(tmp_path: Path) -> None:
     producer = next(p for p in plan.processes if p.name == "producer")
     order = [p.name for p in plan.processes]
     assert order.index("server") < order.index("producer") and producer.ready_url is None
+    # warm SuperNodes, each with its own Runtime API port (one host here, three containers)
+    nodes = [p for p in plan.processes if p.name.startswith("supernode-")]
+    assert all(p.argv[1] == "supernode" and p.env["UNLEARNSIM_FLOWER_POLL"] for p in nodes)
+    ports = {p.argv[p.argv.index("--port") + 1] for p in nodes}
+    assert len(ports) == len(nodes) == 3 and "9094" not in ports
 
 
 @pytest.mark.parametrize("bad", ["services: 3", "services: {a: {command: run}}"])

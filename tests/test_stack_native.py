@@ -5,7 +5,7 @@ Flower SuperLink and three SuperNodes, the server (the ServerApp consuming the r
 over the Deployment Engine) and the producer, all on 127.0.0.1, and waits for the server to
 finish. Then: every request of the scenario has exactly one receipt on the receipts topic,
 Prometheus holds the run's metrics scraped from the ServerApp, and ``stack down`` leaves none
-of the processes (or their children) behind. Takes a few minutes (Flower's 3 s polling).
+of the processes (or their children) behind. The SuperNodes are warm (`unlearnsim supernode`).
 """
 
 from __future__ import annotations

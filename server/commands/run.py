@@ -38,7 +38,6 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from simulator.runner import run_scenario
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
@@ -57,6 +56,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             from server.kafka.cli import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
+        from simulator.runner import run_scenario
         from simulator.runner.artifacts import artifact_writer
 
         run_scenario(

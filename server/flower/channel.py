@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -41,6 +41,12 @@ class WeightsView:
     retained_ids: IntArray
 
 
+def row_weights(arrays: Mapping[str, Mapping[str, NDArray[Any]]]) -> FloatArray | None:
+    """The row weights a reply carried, if any."""
+    group = arrays.get(rec.ROW_WEIGHTS)
+    return None if group is None else np.asarray(group["weights"], dtype=np.float64)
+
+
 def weight_report(reply: ConfigRecord) -> WeightReport | None:
     """The weight spread a client reported (``w_*`` entries), if any."""
     spread = {k[2:]: rec.get_number(reply, k) for k in reply if k.startswith("w_")}
@@ -56,10 +62,16 @@ class FlowerClientChannel:
     client_id : partition id.
     rows : global ids of the client's rows (the server's ``split_clients``).
     status : the client's ``train.setup`` reply (retained count, max weight, weight spread).
+    weights : its row weights, when the setup reply carried them.
     """
 
     def __init__(
-        self, transport: FlowerTransport, client_id: int, rows: IntArray, status: ConfigRecord
+        self,
+        transport: FlowerTransport,
+        client_id: int,
+        rows: IntArray,
+        status: ConfigRecord,
+        weights: FloatArray | None = None,
     ) -> None:
         self._transport = transport
         self.client_id = client_id
@@ -69,6 +81,8 @@ class FlowerClientChannel:
         self._max_weight = rec.get_number(status, "max-weight", 0.0)
         self.last_weights = weight_report(status)
         self._view: WeightsView | None = None
+        if weights is not None:
+            self.set_weights(weights)
 
     # ------------------------------------------------------------ mirror
     @property
@@ -90,12 +104,19 @@ class FlowerClientChannel:
                 out.append(int(i))
         return out
 
-    def confirm_deletion(self, ids: Sequence[int], status: ConfigRecord) -> str | None:
-        """The client deleted ``ids``: update the mirror; returns a disagreement, if any."""
+    def confirm_deletion(
+        self, ids: Sequence[int], status: ConfigRecord, weights: FloatArray | None = None
+    ) -> str | None:
+        """The client deleted ``ids``: update the mirror; returns a disagreement, if any.
+
+        ``weights``: its new row weights, when the reply carried them (else they are stale).
+        """
         self._active[[self._local[int(i)] for i in ids]] = False
         self._max_weight = rec.get_number(status, "max-weight", self._max_weight)
         self.last_weights = weight_report(status) or self.last_weights
         self._view = None
+        if weights is not None:
+            self.set_weights(weights)
         reported = rec.get_int(status, "retained")
         if reported != self.retained_count:
             return f"reports {reported} retained rows, the server expects {self.retained_count}"
@@ -169,18 +190,13 @@ class FlowerFanout:
         head = {"W": W} if hessian_at is None else {"W": W, "hessian_at": hessian_at}
 
         def content() -> RecordDict:
-            return RecordDict(
-                {
-                    rec.HEAD: rec.to_array_record(head),
-                    rec.CONFIG: rec.config({"hessian": ask_hessian, "gram": gram}),
-                }
-            )
+            return rec.content({"hessian": ask_hessian, "gram": gram}, {rec.HEAD: head})
 
         ex = self._transport.send({c: (rec.STATISTICS, content) for c in missing}, repeatable=True)
         if ex.failures:
             raise ClientUnavailableError(ex.failures, "head statistics")
         for c, reply in ex.replies.items():
-            stats = decode_statistics(rec.from_array_record(reply.array_records[rec.RESULT]))
+            stats = decode_statistics(rec.arrays_of(reply)[rec.RESULT])
             self.cache.put(c, key, stats)
             answer = self.cache.get(c, key, hessian=hessian, gram=gram)
             assert answer is not None
@@ -194,14 +210,14 @@ class FlowerFanout:
     def delete(
         self, groups: Mapping[int, Sequence[int]], *, W: FloatArray, W_ref: FloatArray
     ) -> dict[int, DeletionStatistics]:
+        want = {"weights": self._transport.wants_weights}
+
         def content(ids: Sequence[int]) -> Callable[[], RecordDict]:
-            arrays = {"ids": np.asarray(ids, dtype=np.int64)}
-            return lambda: RecordDict(
-                {
-                    rec.IDS: rec.to_array_record(arrays),
-                    rec.HEAD: rec.to_array_record({"W": W, "W_ref": W_ref}),
-                }
-            )
+            arrays: dict[str, dict[str, NDArray[Any]]] = {
+                rec.IDS: {"ids": np.asarray(ids, dtype=np.int64)},
+                rec.HEAD: {"W": W, "W_ref": W_ref},
+            }
+            return lambda: rec.content(want, arrays)
 
         requests = {c: (rec.UNLEARN, content(ids)) for c, ids in groups.items()}
         self.cache.last_had_hessian = False
@@ -211,11 +227,13 @@ class FlowerFanout:
         out: dict[int, DeletionStatistics] = {}
         failures = dict(ex.failures)
         for c, reply in sorted(ex.replies.items()):
-            channel = self._transport.channel(c)
-            problem = channel.confirm_deletion(groups[c], reply.config_records[rec.REPLY])
+            arrays = rec.arrays_of(reply)
+            problem = self._transport.channel(c).confirm_deletion(
+                groups[c], rec.config_of(reply), row_weights(arrays)
+            )
             if problem is not None:
                 failures[c] = problem
-            out[c] = decode_deletion(rec.from_array_record(reply.array_records[rec.RESULT]))
+            out[c] = decode_deletion(arrays[rec.RESULT])
         if failures:
             raise ClientUnavailableError(failures, "deletion")
         return out

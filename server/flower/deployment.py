@@ -10,23 +10,27 @@ its events, and stops what it started.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from server.flower.environment import flower_env
-from server.flower.processes import FlowerProcessError, LocalFederation
+from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
 from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
 from server.processes import executable
-from simulator.runner import RunResult
 from simulator.scenario import Scenario, scenario_to_yaml
+
+if TYPE_CHECKING:  # the run itself needs no torch here: imported once the run is over
+    from simulator.runner.result import RunResult
 
 CONNECTION = "unlearnsim"
 TRANSPORT_FILE = "transport.json"  # the ServerApp's last file (server/server_app.py)
@@ -43,12 +47,14 @@ def run_deployed(
     plots: bool = True,
     stream: StreamSettings | None = None,
     superlink_env: dict[str, str] | None = None,
+    stock: bool = False,
 ) -> RunResult:
     """Run ``scenario`` on the Deployment Engine; outputs in ``folder`` (the ServerApp's).
 
     ``stream``: consume the Kafka requests topic instead of the scenario's stream.
     ``superlink_env``: extra environment of a SuperLink started here, which its ServerApp
     inherits (``UNLEARNSIM_METRICS_PORT`` serves the run's metrics from there).
+    ``stock``: start Flower's own SuperNodes with Flower's own waits (no warm workers).
     """
     console = console or Console()
     folder = folder.resolve()
@@ -58,7 +64,13 @@ def run_deployed(
     flower.mkdir(exist_ok=True)
     scenario_file.write_text(scenario_to_yaml(scenario))
     local = (
-        LocalFederation(flower, scenario.partition.num_clients, superlink_env=superlink_env or {})
+        LocalFederation(
+            flower,
+            scenario.partition.num_clients,
+            superlink_env=superlink_env or {},
+            warm=not stock,
+            poll=None if stock else LOCAL_POLL,
+        )
         if superlink is None
         else nullcontext(None)
     )
@@ -77,9 +89,13 @@ def run_deployed(
             kafka=stream or StreamSettings(),
         )
         run_id = _submit(home, flower, config)
+        if fed is not None:
+            fed.wait_ready()  # the SuperNodes imported torch while `flwr run` submitted
         console.print(f"Flower run {run_id} submitted; waiting for it to finish")
         events = folder / ("kafka_events.jsonl" if config.kafka.enabled else "events.jsonl")
-        status = _wait(home, run_id, events, folder, console, wall_limit)
+        status = _wait(home, run_id, events, folder, console, wall_limit, fed)
+    from simulator.runner.result import RunResult
+
     if status != "finished:completed":
         raise FlowerProcessError(
             f"Flower run {run_id} ended as {status}; see {flower}/*.log and the run's events"
@@ -143,7 +159,7 @@ def _flwr(home: Path, args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def _submit(home: Path, flower: Path, config: RunConfig) -> str:
-    args = ["run", str(APP_DIR), CONNECTION]
+    args = ["run", str(stage_app(flower / "app")), CONNECTION]
     for key, value in config.to_run_config().items():
         args += ["--run-config", f"{key}={json.dumps(value)}"]
     data = _flwr(home, args, timeout=300)
@@ -152,33 +168,72 @@ def _submit(home: Path, flower: Path, config: RunConfig) -> str:
     return run_id
 
 
+def stage_app(dest: Path) -> Path:
+    """The app's files (``fab-include`` of ``[tool.flwr.app]``, and ``pyproject.toml``) copied
+    to ``dest``: ``flwr run`` walks every file under the folder it is given before it filters
+    (in a checkout, the virtual environment's tens of thousands: seconds of a run's start)."""
+    project = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
+    shutil.rmtree(dest, ignore_errors=True)
+    files = {APP_DIR / "pyproject.toml", APP_DIR / "README.md"}
+    for pattern in project["tool"]["flwr"]["app"]["fab-include"]:
+        files.update(f for f in APP_DIR.glob(pattern) if "__pycache__" not in f.parts)
+    for source in sorted(f for f in files if f.is_file()):
+        target = dest / source.relative_to(APP_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return dest
+
+
 def _wait(
-    home: Path, run_id: str, events: Path, folder: Path, console: Console, wall_limit: float
+    home: Path,
+    run_id: str,
+    events: Path,
+    folder: Path,
+    console: Console,
+    wall_limit: float,
+    fed: LocalFederation | None = None,
 ) -> str:
     """Wait for the run's status to be final, echoing new events; stop it past ``wall_limit``.
 
-    ``flwr ls`` is a process start (a second of CPU), so it is asked every 10 s, and every 2 s
-    once the ServerApp has written its last file (``transport.json``) in a local run folder.
+    ``flwr ls`` is a process start (one to several seconds on a loaded machine), so it is
+    asked every 10 s, and every 0.5 s once the ServerApp has written its last file
+    (``transport.json``) in a local run folder; with a local SuperLink (``fed``), only once
+    its ServerApp process has exited (usually one call).
     """
+    started = time.time()
     deadline = time.monotonic() + wall_limit
     # an output folder reused from an earlier run keeps its events: show only the new ones
     shown = len(events.read_text().splitlines()) if events.exists() else 0
-    next_ask = 0.0
+    next_ask = time.monotonic() + 10.0
+    ending = None
     while True:
         shown = _echo_events(events, shown, console)
-        now = time.monotonic()
-        if now >= next_ask:
+        if ending is None and _written_since(folder / TRANSPORT_FILE, started):
+            ending, next_ask = time.monotonic(), 0.0
+        exiting = (
+            ending is not None
+            and fed is not None
+            and time.monotonic() < ending + 10.0
+            and fed.serverapp_running()
+        )
+        if time.monotonic() >= next_ask and not exiting:
             runs = _flwr(home, ["ls", CONNECTION, "--run-id", run_id], timeout=120).get("runs", [])
             status = str(runs[0]["status"]) if runs else "unknown"
             if status.startswith("finished"):
                 _echo_events(events, shown, console)
                 return status
-            ending = (folder / TRANSPORT_FILE).exists()
-            next_ask = time.monotonic() + (2.0 if ending else 10.0)
-        if now > deadline:
+            next_ask = time.monotonic() + (0.5 if ending is not None else 10.0)
+        if time.monotonic() > deadline:
             _flwr(home, ["stop", run_id, CONNECTION], timeout=120)
             raise FlowerProcessError(f"Flower run {run_id} exceeded {wall_limit:g} s; stopped")
-        time.sleep(0.5)
+        time.sleep(0.1 if ending is not None else 0.2)
+
+
+def _written_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since
+    except FileNotFoundError:
+        return False
 
 
 def _echo_events(path: Path, shown: int, console: Console) -> int:

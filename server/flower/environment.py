@@ -5,8 +5,9 @@
 * no telemetry, no update check, no runtime dependency installation (otherwise the SuperLink
   runs ``uv sync`` and downloads gigabytes: every machine must already have the environment);
 * Ray binds to loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``);
-* the SuperExec polls for tasks every 0.1 s instead of 1 s (it launches each ClientApp and
-  ServerApp process), which trims every Deployment Engine round trip;
+* the SuperExec polls for tasks every 0.5 s instead of 1 s (it launches the ServerApp, and
+  on stock SuperNodes each ClientApp process; warm SuperNodes have none): an idle SuperLink
+  costs 1.3% of a core with it, 4.8% at 0.1 s (docs/flower.md, "Polling");
 * this Python environment's scripts first on ``PATH`` (the SuperLink and SuperNodes start
   ``flower-superexec``, ``flwr-serverapp`` and ``flwr-clientapp`` by name).
 """
@@ -18,12 +19,17 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+#: Flower's default port of a SuperNode's Runtime API (on 127.0.0.1).
+SUPERNODE_PORT = 9094
+#: Opt-in to shorter SuperNode waits (seconds; see ``server/flower/flwr_internals.py``).
+POLL_ENV = "UNLEARNSIM_FLOWER_POLL"
+
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.5",
 }
 
 

@@ -24,6 +24,10 @@ from clients import records as rec
 from server.flower.settings import FleetSettings
 from simulator.errors import ClientUnavailableError, ConfigError
 
+#: First pause between reply pulls, and how each next pause grows (up to the poll interval).
+FIRST_PULL = 0.01
+PULL_GROWTH = 1.5
+
 
 @dataclass(frozen=True)
 class Exchange:
@@ -112,7 +116,7 @@ class Fleet:
             if isinstance(reply, Failed):
                 self.log(f"node {node} did not say hello: {reply.reason}")
                 continue
-            pid = rec.get_int(reply.config_records[rec.REPLY], "partition-id")
+            pid = rec.get_int(rec.config_of(reply), "partition-id")
             if not 0 <= pid < self.num_clients:
                 self.log(f"node {node} holds partition {pid}, outside 0..{self.num_clients - 1}")
             elif pid in self.nodes and self.nodes[pid] != node:
@@ -168,21 +172,25 @@ class Fleet:
     def _round_trip(
         self, sent: Mapping[int, Message], timeout: float, mtype: str
     ) -> tuple[dict[int, RecordDict | Failed], float]:
-        """Push, then pull until every reply is in or ``timeout`` passes.
+        """Push every message in one call, then pull until every reply is in or ``timeout``
+        passes. Pulls back off from :data:`FIRST_PULL` to ``settings.poll_interval`` (a reply
+        that is quick is collected quickly; a slow one costs few requests).
 
         Returns key -> reply content (or why it is missing), and the wall seconds.
         """
         started = time.monotonic()
         waiting: dict[str, int] = {}
         out: dict[int, RecordDict | Failed] = {}
-        for key, msg in sent.items():
-            mids = [m for m in self.grid.push_messages([msg]) if m]
-            if mids:
-                waiting[mids[0]] = key
+        keys = list(sent)
+        mids = list(self.grid.push_messages([sent[k] for k in keys]))
+        for i, key in enumerate(keys):
+            if i < len(mids) and mids[i]:
+                waiting[mids[i]] = key
             else:
                 out[key] = Failed("the SuperLink did not accept the message", True)
         compute = 0.0
         deadline = started + timeout
+        pause = min(FIRST_PULL, self.settings.poll_interval)
         while waiting:
             for reply in self.grid.pull_messages(list(waiting)):
                 mid = reply.metadata.reply_to_message_id
@@ -194,12 +202,12 @@ class Fleet:
                     out[key] = Failed(f"error reply (code {err.code}): {err.reason}", True)
                     continue
                 out[key] = reply.content
-                timing = reply.content.config_records.get(rec.TIMING)
-                if timing is not None:
-                    compute = max(compute, rec.get_number(timing, "seconds"))
+                own = rec.get_number(rec.config_of(reply.content), rec.HANDLER_SECONDS, 0.0)
+                compute = max(compute, own)
             if not waiting or time.monotonic() > deadline:
                 break
-            time.sleep(self.settings.poll_interval)
+            time.sleep(pause)
+            pause = min(pause * PULL_GROWTH, self.settings.poll_interval)
         for key in waiting.values():
             out[key] = Failed(f"no reply within {timeout:g} s", False)
         wall = time.monotonic() - started

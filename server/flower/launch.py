@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from server.flower.settings import FleetSettings, StreamSettings
 from server.kafka.options import uses_kafka
-from simulator.runner import RunResult
 from simulator.scenario import Scenario
+
+if TYPE_CHECKING:
+    from simulator.runner.result import RunResult
 
 
 def metrics_env(args: argparse.Namespace) -> dict[str, str]:

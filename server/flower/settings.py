@@ -30,7 +30,9 @@ class FleetSettings(BaseModel):
         default=600.0, gt=0, description="seconds to wait for a FedAvg round or the setup"
     )
     retries: int = Field(default=1, ge=0, description="extra attempts of repeatable messages")
-    poll_interval: float = Field(default=0.2, gt=0, description="seconds between reply pulls")
+    poll_interval: float = Field(
+        default=0.2, gt=0, description="longest pause between reply pulls (they start at 0.01 s)"
+    )
     node_wait: float = Field(default=120.0, gt=0, description="seconds to wait for SuperNodes")
 
 

@@ -18,12 +18,14 @@ from flwr.app import RecordDict
 from numpy.typing import NDArray
 
 from clients import records as rec
-from server.flower.channel import FlowerClientChannel, FlowerFanout
+from server.flower.channel import FlowerClientChannel, FlowerFanout, row_weights
 from server.flower.fleet import Exchange, Fleet
 from simulator.errors import ClientUnavailableError, InputError
 from simulator.federation import ClientReport
 from simulator.federation.codec import decode_statistics
+from simulator.head import HeadConfig
 from simulator.models import LocalUpdate, StateArrays, state_to_arrays
+from simulator.runner.configs import head_config
 from simulator.runner.featurize import Featurizer
 from simulator.runner.shards import shard_digest
 from simulator.runner.transport import RunnerClient
@@ -32,6 +34,16 @@ from simulator.scenario import Scenario, scenario_to_yaml
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 Request = tuple[str, Callable[[], RecordDict]]
+
+
+def needs_exact_residual(config: HeadConfig) -> bool:
+    """Whether every removal asks *all* clients for the gradient at the new head.
+
+    That round trip gives the exact residual: what exact accounting charges, otherwise an
+    opt-in diagnostic (``head.report_exact``, off by default on flower-deploy). Without it a
+    deletion batch is one round trip, to the clients that own the rows.
+    """
+    return config.computes_exact
 
 
 class FlowerTransport:
@@ -46,11 +58,16 @@ class FlowerTransport:
 
     def __init__(self, fleet: Fleet, scenario: Scenario, *, name: str) -> None:
         self._fleet = fleet
+        ev = scenario.evaluation
+        #: the retrained reference reads every client's row weights: have them sent along
+        #: with ``train.setup`` and every deletion instead of a ``query.weights`` round trip
+        self.wants_weights = bool(ev.retrain_reference and ev.checkpoints)
         self._yaml = scenario_to_yaml(scenario)
         self._name = name
         self._fanout = FlowerFanout(self)
         self._channels: dict[int, FlowerClientChannel] = {}
         self._clients = list(range(scenario.partition.num_clients))
+        self._exact_round = needs_exact_residual(head_config(scenario))
 
     @property
     def name(self) -> str:
@@ -78,12 +95,8 @@ class FlowerTransport:
     # ------------------------------------------------------------ FedAvg
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
         def content() -> RecordDict:
-            return RecordDict(
-                {
-                    rec.ARRAYS: rec.to_array_record(global_arrays),
-                    rec.CONFIG: rec.config({"scenario": self._yaml, "round": round_index}),
-                }
-            )
+            config = {"scenario": self._yaml, "round": round_index}
+            return rec.content(config, {rec.MODEL: global_arrays})
 
         ex = self.send(
             {c: (rec.TRAIN, content) for c in self._clients}, repeatable=True, train=True
@@ -93,11 +106,11 @@ class FlowerTransport:
         updates = []
         for c in sorted(ex.replies):
             reply = ex.replies[c]
-            metrics = reply.metric_records[rec.METRICS]
+            metrics = rec.config_of(reply)
             n = rec.get_int(metrics, "num-examples")
             if n == 0:
                 continue
-            arrays = rec.from_array_record(reply.array_records[rec.ARRAYS])
+            arrays = rec.arrays_of(reply)[rec.MODEL]
             state = {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
             updates.append(LocalUpdate(state, n, rec.get_number(metrics, "loss")))
         return updates
@@ -110,13 +123,8 @@ class FlowerTransport:
         rff = featurizer.rff.to_arrays()
 
         def content() -> RecordDict:
-            return RecordDict(
-                {
-                    rec.ARRAYS: rec.to_array_record(extractor),
-                    rec.RFF: rec.to_array_record(rff),
-                    rec.CONFIG: rec.config({"scenario": self._yaml}),
-                }
-            )
+            config = {"scenario": self._yaml, "weights": self.wants_weights}
+            return rec.content(config, {rec.MODEL: extractor, rec.RFF: rff})
 
         ex = self.send(
             {c: (rec.SETUP, content) for c in self._clients}, repeatable=True, train=True
@@ -124,16 +132,16 @@ class FlowerTransport:
         if ex.failures:
             raise ClientUnavailableError(ex.failures, "building the clients' head rows")
         for c in self._clients:
-            status = ex.replies[c].config_records[rec.REPLY]
+            status = rec.config_of(ex.replies[c])
             if status["digest"] != shard_digest(shards[c]):
                 raise InputError(
                     f"client {c} holds a different shard than the server expects: every "
                     "machine must load the same data for the scenario"
                 )
-            self._channels[c] = FlowerClientChannel(self, c, shards[c], status)
-            if rec.RESULT in ex.replies[c].array_records:
-                first = rec.from_array_record(ex.replies[c].array_records[rec.RESULT])
-                stats = decode_statistics(first)
+            arrays = rec.arrays_of(ex.replies[c])
+            self._channels[c] = FlowerClientChannel(self, c, shards[c], status, row_weights(arrays))
+            if rec.RESULT in arrays:
+                stats = decode_statistics(arrays[rec.RESULT])
                 W0 = np.zeros((featurizer.rff.output_dim, stats.gradient.shape[1]))
                 self._fanout.seed(c, W0, stats)
         return dict(self._channels)
@@ -143,14 +151,15 @@ class FlowerTransport:
         stale = [c for c, ch in self._channels.items() if ch.stale]
 
         def content() -> RecordDict:
-            return RecordDict()
+            return rec.content()
 
         ex = self.send({c: (rec.WEIGHTS, content) for c in stale}, repeatable=True)
         if ex.failures:
             raise ClientUnavailableError(ex.failures, "reading weights")
         for c, reply in ex.replies.items():
-            weights = rec.from_array_record(reply.array_records[rec.RESULT])["weights"]
-            self._channels[c].set_weights(np.asarray(weights, dtype=np.float64))
+            weights = row_weights(rec.arrays_of(reply))
+            assert weights is not None, "query.weights answers the weights"
+            self._channels[c].set_weights(weights)
 
     def exclude(self, client_id: int) -> None:
         """A failed client: never message it again."""
@@ -159,14 +168,14 @@ class FlowerTransport:
 
     def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
         def content() -> RecordDict:
-            return RecordDict({rec.HEAD: rec.to_array_record({"W": W})})
+            return rec.content(None, {rec.HEAD: {"W": W}})
 
         ex = self.send({c: (rec.REPORT, content) for c in clients}, repeatable=True)
         if ex.failures:
             raise ClientUnavailableError(ex.failures, "client reports")
         out: dict[int, ClientReport] = {}
         for c, reply in sorted(ex.replies.items()):
-            text = str(reply.config_records[rec.REPLY]["report"])
+            text = str(rec.config_of(reply)["report"])
             out[c] = ClientReport.from_dict(json.loads(text))
         return out
 
@@ -174,6 +183,9 @@ class FlowerTransport:
         """Where the time went, per message type (``transport.json``)."""
         return {
             "transport": self._name,
+            # every deletion batch: one round trip to the owners, plus one to every client
+            # when the exact residual is needed
+            "exact_residual_round": self._exact_round,
             "nodes": {str(c): n for c, n in sorted(self._fleet.nodes.items())},
             "messages": {k: v.as_dict() for k, v in sorted(self._fleet.stats.items())},
         }

@@ -31,13 +31,20 @@ def head_config(scenario: Scenario) -> HeadConfig:
         epsilon=h.epsilon,
         delta=h.delta,
         accounting=h.accounting,
-        report_exact=h.report_exact,
+        report_exact=reports_exact_residual(scenario),
         tol=h.tol,
         refresh_every=h.refresh_every,
         retrain=h.retrain,
         device=h.device,
         backend=h.backend,
     )
+
+
+def reports_exact_residual(scenario: Scenario) -> bool:
+    """``head.report_exact``, whose default is off on flower-deploy (a round trip to every
+    client costs most of a deletion batch there, docs/flower.md) and on elsewhere."""
+    chosen = scenario.head.report_exact
+    return chosen if chosen is not None else scenario.transport != "flower-deploy"
 
 
 def decorrelation_config(scenario: Scenario) -> DecorrelationConfig:

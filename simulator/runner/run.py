@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,10 @@ from rich.table import Table
 from simulator.runner.loop import StreamState, evaluate, iterate_batches
 from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
 from simulator.runner.resilience import apply_batch_guarded
+from simulator.runner.result import RunResult
 from simulator.runner.setup import Federation, build_federation
 from simulator.runner.transport import ClientTransport
 from simulator.scenario import Scenario, scenario_to_yaml
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Where the run wrote its files, and its final metrics."""
-
-    output_dir: Path
-    final: dict[str, Any]
-    summary: list[tuple[str, str]]
 
 
 def run_scenario(

@@ -153,10 +153,11 @@ class HeadSpec(Section):
         "exact residual of the current head, a DIAGNOSTIC whose retrain decision depends on "
         "the noise b (not covered by the theorem).",
     )
-    report_exact: bool = Field(
-        default=True,
-        description="Also compute the exact residual after every removal (a diagnostic; one "
-        "gradient round over all clients).",
+    report_exact: bool | None = Field(
+        default=None,
+        description="Also compute the exact residual after every removal (a diagnostic: the "
+        "events' residual_exact; one gradient round over all clients per batch). Default (null): "
+        "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
     tol: float = Field(default=1e-8, gt=0, description="Gradient-norm tolerance of head training.")
     refresh_every: int = Field(
