@@ -231,6 +231,17 @@ def _groups(objective: Objective, n: int, labels: NDArray[np.integer] | None) ->
     return y
 
 
+def _prepare(
+    U: NDArray[np.floating],
+    weights: NDArray[np.floating],
+    objective: Objective,
+    labels: NDArray[np.integer] | None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], Estimator]:
+    arr = _check_features(U)
+    w = _check_weights(weights, arr.shape[0])
+    return arr, w, _groups(objective, arr.shape[0], labels), _estimator(objective)
+
+
 def dependence(
     U: NDArray[np.floating],
     weights: NDArray[np.floating],
@@ -244,10 +255,7 @@ def dependence(
     ``U`` is a lifted matrix (:meth:`FourierLift.apply`); ``weights`` are taken as given
     (the estimators assume they sum to ``n``, or to ``n_c`` per class).
     """
-    arr = _check_features(U)
-    w = _check_weights(weights, arr.shape[0])
-    groups = _groups(objective, arr.shape[0], labels)
-    estimator = _estimator(objective)
+    arr, w, groups, estimator = _prepare(U, weights, objective, labels)
     return grouped_dependence(arr, w, groups, block=block, estimator=estimator)
 
 
@@ -260,10 +268,7 @@ def dependence_gradient(
     labels: NDArray[np.integer] | None = None,
 ) -> NDArray[np.float64]:
     """Analytic ``df/dw`` of :func:`dependence` (formulas: :mod:`simulator.features.dependence`)."""
-    arr = _check_features(U)
-    w = _check_weights(weights, arr.shape[0])
-    groups = _groups(objective, arr.shape[0], labels)
-    estimator = _estimator(objective)
+    arr, w, groups, estimator = _prepare(U, weights, objective, labels)
     return grouped_gradient(arr, w, groups, block=block, estimator=estimator)
 
 
