@@ -104,7 +104,7 @@ def wait_ready(proc: subprocess.Popen[str], ready: Path, started: float) -> floa
 
 
 def batches_done(folder: Path) -> int:
-    path = folder / "kafka_events.jsonl"
+    path = folder / "events.jsonl"
     if not path.exists():
         return 0
     return sum('"deletion_batch"' in line for line in path.read_text().splitlines())
@@ -138,9 +138,9 @@ def restart_run(
     got = receipts(broker.bootstrap, topics.receipts, len(requests))
     finish(second)
     done = np.array([g[1] for g in got]) / 1000.0
-    events = [json.loads(x) for x in (folder / "kafka_events.jsonl").read_text().splitlines()]
+    events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     starts = [e for e in events if e["event"] == "consumer_start"]
-    summary = json.loads((folder / "kafka_summary.json").read_text())
+    summary = json.loads((folder / "metrics.json").read_text())["kafka"]
     return {
         "mode": "restart",
         "n_train": n_train,
@@ -184,7 +184,7 @@ def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, flo
 
 
 def batch_stats(folder: Path) -> dict[str, Any]:
-    events = [json.loads(line) for line in (folder / "kafka_events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     batches = [e for e in events if e["event"] == "deletion_batch"]
     sizes = np.array([e["requests"] for e in batches])
     totals = np.array([e["timings"]["total"] for e in batches])
@@ -223,7 +223,7 @@ def one_run(
     done = np.array([g[1] for g in got]) / 1000.0
     latency = done - sent
     start = ready if mode == "drain" else float(sent.min())
-    summary = json.loads((folder / "kafka_summary.json").read_text())
+    summary = json.loads((folder / "metrics.json").read_text())["kafka"]
     return {
         "mode": mode,
         "n_train": n_train,

@@ -32,7 +32,6 @@ from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
 from simulator.runner import RunResult, run_scenario
-from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import Scenario, load_scenario
 
 TRANSPORT_FILE = "transport.json"
@@ -83,7 +82,7 @@ def run_on_grid(
             progress=False,
             plots=plots,
             transport=flower,
-            on_event=[*on_event, artifact_writer(folder)],
+            on_event=on_event,
         )
     except Exception:
         log(f"the run failed:\n{traceback.format_exc()}")
@@ -101,7 +100,7 @@ def consume_on_grid(
     on_event: Sequence[EventCallback] = (),
     run_id: int = 0,
 ) -> RunResult:
-    """Train over ``flower``, then consume the Kafka requests topic (``kafka_summary.json``).
+    """Train over ``flower``, then consume the Kafka requests topic (the usual run folder).
 
     Each Flower run starts from its clients' full shards, so it consumes with fresh state,
     ``OUTPUT/kafka-state/run-<run id>`` by default: every request on the topic is answered
@@ -113,7 +112,9 @@ def consume_on_grid(
     from server.kafka.session import consume
     from simulator.runner.setup import build_federation
 
-    config = consumer_config(stream, folder, default_state=folder / "kafka-state" / f"run-{run_id}")
+    config = consumer_config(
+        stream, folder, scenario, default_state=folder / "kafka-state" / f"run-{run_id}"
+    )
     if any(config.state_dir.glob("*")):
         raise ConfigError(
             f"{config.state_dir} holds a checkpoint of an earlier run; resuming is supported "
@@ -122,8 +123,8 @@ def consume_on_grid(
         )
     scenario = as_kafka_source(scenario)
     fed = build_federation(scenario, transport=flower)
-    summary = consume(fed, config, folder, console, [*on_event])
-    return RunResult(folder, summary.get("metrics", {}), [])
+    end = consume(fed, config, folder, console, [*on_event])
+    return RunResult(folder, end, [])
 
 
 def make_server_app(

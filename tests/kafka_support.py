@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from server.kafka.apply import apply_requests
 from server.kafka.batcher import BatchPolicy
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import ConsumerConfig
-from server.kafka.ledger import Ledger
 from server.kafka.topics import Topics
+from simulator.runner.pipeline import BatchOutcome, apply_batch
+from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation
 from simulator.scenario import Scenario, load_scenario
 from simulator.stream import DeletionReceipt, DeletionRequest
+from simulator.stream.ledger import Ledger
 
 ROOT = Path(__file__).parent.parent
 #: Micro-batch size of the in-process consumer tests.
@@ -60,6 +61,12 @@ LARGE = [
     "stream.phases.2.rate=25",
     "stream.phases.2.samples_per_request=1",
 ]
+
+
+def apply_requests(fed: Any, ledger: Ledger, requests: Any, **options: Any) -> BatchOutcome:
+    """The pipeline as the consumer calls it, without the evaluation schedule (tests of the
+    removal semantics only)."""
+    return apply_batch(fed, RunState(evaluate=False), requests, ledger=ledger, **options)
 
 
 def scenario(overrides: list[str], *extra: str) -> Scenario:

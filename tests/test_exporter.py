@@ -57,7 +57,7 @@ ALLOWED = {
     "accounting": {"guo", "worst", "exact"},
     "class": {str(c) for c in range(100)} | {"other"},
     "stage": {"setup", "utility", "mia", "drift", "lira_references", "reference"},
-    "method": {"decoremoval", "cr", "retrain"},
+    "method": {"decoremoval", "cr", "retrain_head"},
     "version": {"0.1.0"},
 }
 

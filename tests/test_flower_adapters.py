@@ -21,7 +21,6 @@ from server.flower.settings import FleetSettings
 from server.server_app import run_on_grid
 from simulator.errors import ClientUnavailableError
 from simulator.runner import run_scenario
-from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import load_scenario
 
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
@@ -42,7 +41,6 @@ def inprocess(folder: Path, overrides: list[str]) -> Path:
         console=quiet(),
         progress=False,
         plots=False,
-        on_event=[artifact_writer(folder)],
     )
     return folder
 

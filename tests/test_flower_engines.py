@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 from simulator.runner import run_scenario
-from simulator.runner.artifacts import artifact_writer
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).parent.parent
@@ -53,9 +52,7 @@ def sets(overrides: list[str]) -> list[str]:
 
 def inprocess(folder: Path, overrides: list[str]) -> Path:
     scenario = load_scenario(SCENARIO, overrides=overrides)
-    run_scenario(
-        scenario, output_dir=folder, progress=False, plots=False, on_event=[artifact_writer(folder)]
-    )
+    run_scenario(scenario, output_dir=folder, progress=False, plots=False)
     return folder
 
 
@@ -264,7 +261,7 @@ def test_kafka_stream_on_the_simulation_engine_matches_inprocess(tmp_path: Path)
                     cli(out, transport, *args), capture_output=True, text=True, timeout=420
                 )
                 assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            outs[transport] = json.loads((out / "kafka_summary.json").read_text())
+            outs[transport] = json.loads((out / "metrics.json").read_text())["kafka"]
             receipts[transport] = {r.request_id: r for r in read_receipts(broker.bootstrap, topics)}
     a, b = receipts["inprocess"], receipts["flower-sim"]
     assert sorted(a) == sorted(r.request_id for r in requests) == sorted(b)

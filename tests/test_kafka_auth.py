@@ -12,13 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kafka_support import SMALL, broker, config, read_receipts, scenario
+from kafka_support import SMALL, apply_requests, broker, config, read_receipts, scenario
 
-from server.kafka.apply import apply_requests
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.gate import Gate, GatePolicy, registry_of
-from server.kafka.ledger import Ledger
 from server.kafka.producer import replay, replay_requests
 from server.kafka.records import Incoming
 from server.kafka.security import client_options
@@ -27,6 +25,7 @@ from server.kafka.topics import Topics, ensure_topics
 from simulator.errors import ConfigError
 from simulator.runner.setup import Federation, build_federation
 from simulator.stream import DeletionRequest
+from simulator.stream.ledger import Ledger
 
 __all__ = ["broker"]
 
@@ -198,14 +197,14 @@ def test_small_removals_are_held_until_a_client_has_enough_rows(built: Federatio
         )
     ledger = Ledger()
     first = apply_requests(fed, ledger, asks[:1], now=NOW, min_rows=4)
-    assert first.held == [0] and first.receipts == [None] and "r0" not in ledger
+    assert first.held == (0,) and first.receipts == (None,) and "r0" not in ledger
     assert fed.head.model_version == built.head.model_version  # nothing left the client yet
     again = apply_requests(fed, ledger, [asks[0], asks[0], asks[1]], now=NOW, min_rows=4)
-    assert again.held == []
+    assert again.held == ()
     assert [r.status if r else None for r in again.receipts] == ["applied", "duplicate", "applied"]
     assert fed.head_data.last_routing == {client: 4}  # one removal message of four rows
     leave = DeletionRequest(
         request_id="leave", subject=f"client-{client}", client_id=client, requested_at=NOW
     )
     last = apply_requests(fed, ledger, [asks[2], leave], now=NOW, min_rows=100)
-    assert last.held == [] and [r.status for r in last.receipts if r] == ["applied", "applied"]
+    assert last.held == () and [r.status for r in last.receipts if r] == ["applied", "applied"]

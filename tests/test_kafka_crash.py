@@ -20,15 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from kafka_support import LARGE, QUICKSTART, ROOT, broker, read_receipts, scenario
+from kafka_support import LARGE, QUICKSTART, ROOT, apply_requests, broker, read_receipts, scenario
 
-from server.kafka.apply import apply_requests
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
-from server.kafka.ledger import Ledger
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics
 from simulator.runner.setup import build_federation
+from simulator.stream.ledger import Ledger
 
 __all__ = ["broker"]
 
@@ -48,7 +47,7 @@ def consume(bootstrap: str, folder: Path) -> subprocess.Popen[bytes]:
 
 
 def batches_done(folder: Path) -> int:
-    path = folder / "kafka_events.jsonl"
+    path = folder / "events.jsonl"
     if not path.exists():
         return 0
     return sum('"deletion_batch"' in line for line in path.read_text().splitlines())

@@ -20,18 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, broker, scenario
+from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, apply_requests, broker, scenario
 
-from server.kafka.apply import apply_requests
 from server.kafka.broker import LocalBroker
-from server.kafka.checkpoint import CheckpointStore, StreamState
+from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.cli import as_kafka_source
 from server.kafka.errors import CheckpointError
-from server.kafka.ledger import Ledger
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.restart import NAME, federation_for, load_federation
 from server.kafka.topics import Topics
 from simulator.scenario import load_scenario
+from simulator.stream.ledger import Ledger
 
 __all__ = ["broker"]
 
@@ -80,12 +79,12 @@ def test_a_restart_reloads_the_federation_and_resumes_where_it_stopped(
     out = finish(second)
     assert "federation reloaded" in out
     assert seconds < 30, f"restart to ready took {seconds:.1f} s"  # ~2-4 s here; see bench
-    summary = json.loads((tmp_path / "kafka_summary.json").read_text())
+    summary = json.loads((tmp_path / "metrics.json").read_text())["kafka"]
     assert summary["records"] == len(requests) and summary["sessions"] == 2
     assert summary["session"]["records"] == len(requests) - 40
     starts = [
         json.loads(line)
-        for line in (tmp_path / "kafka_events.jsonl").read_text().splitlines()
+        for line in (tmp_path / "events.jsonl").read_text().splitlines()
         if '"consumer_start"' in line
     ]
     assert [s["resumed"] for s in starts] == [False, True]
@@ -139,7 +138,7 @@ def test_changed_data_refuses_to_resume(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_from_before_the_new_fields_loads_with_defaults() -> None:
-    old = StreamState(offsets={0: 3})
+    old = ConsumerState(offsets={0: 3})
     del old.__dict__["pending"], old.__dict__["last_records"], old.__dict__["sessions"]
     loaded = pickle.loads(pickle.dumps(old))
     assert loaded.offsets == {0: 3} and loaded.pending == [] and loaded.sessions == 0

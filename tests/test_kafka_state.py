@@ -10,15 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, scenario
+from kafka_support import SMALL, apply_requests, scenario
 
-from server.kafka.apply import apply_requests
-from server.kafka.checkpoint import CheckpointStore, StreamState, static_objects
+from server.kafka.checkpoint import CheckpointStore, ConsumerState, static_objects
 from server.kafka.errors import CheckpointError
-from server.kafka.ledger import Ledger
 from server.kafka.records import Incoming, Malformed, dead_letter, decode_request, header
 from simulator.runner.setup import Federation, build_federation
 from simulator.stream import DeletionRequest
+from simulator.stream.ledger import Ledger
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -121,7 +120,7 @@ def test_batch_is_one_removal_with_rejections_and_duplicates(fed: Federation) ->
     statuses = [r.status for r in result.receipts]
     assert statuses == ["applied", "duplicate", "rejected", "rejected", "duplicate", "rejected"]
     assert fed.head.model_version == version + 1  # one certified update for the batch
-    assert result.removed == [int(c0[1]), int(c1[0])]
+    assert list(result.removed) == [int(c0[1]), int(c1[0])]
     assert "unknown client 99" in (result.receipts[3].reason or "")
     twin.head.remove([int(c0[1]), int(c1[0])])
     np.testing.assert_array_equal(fed.head.W, twin.head.W)
@@ -163,7 +162,7 @@ def test_checkpoint_restores_the_head_bit_for_bit(fed: Federation, tmp_path: Pat
     ledger = Ledger()
     for batch in batches[:2]:
         apply_requests(fed, ledger, batch, now=NOW)
-    state = StreamState(ledger=ledger.entries(), offsets={0: 42}, batch=2)
+    state = ConsumerState(ledger=ledger.entries(), offsets={0: 42}, batch=2)
     with CheckpointStore(tmp_path, fed) as store:
         store.save(state)
     size = (tmp_path / "checkpoint.pkl").stat().st_size
@@ -200,7 +199,7 @@ def test_static_objects_cover_the_feature_rows(fed: Federation) -> None:
 
 def test_checkpoint_is_locked_and_tied_to_its_scenario(fed: Federation, tmp_path: Path) -> None:
     with CheckpointStore(tmp_path, fed) as store:
-        store.save(StreamState())
+        store.save(ConsumerState())
         with pytest.raises(CheckpointError, match="another consumer"):
             CheckpointStore(tmp_path, fed)
     other = copy.deepcopy(fed)
@@ -214,7 +213,7 @@ def test_checkpoint_is_locked_and_tied_to_its_scenario(fed: Federation, tmp_path
 
 def test_checkpoint_write_is_atomic(fed: Federation, tmp_path: Path) -> None:
     with CheckpointStore(tmp_path, fed) as store:
-        store.save(StreamState(batch=1))
+        store.save(ConsumerState(batch=1))
         (tmp_path / "checkpoint.pkl.tmp").write_bytes(b"half written")  # a crash mid-write
         loaded = store.load()
     assert loaded is not None and loaded.batch == 1

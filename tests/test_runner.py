@@ -107,11 +107,11 @@ def test_other_seed_gives_other_stream(tmp_path: Path) -> None:
     assert a != b
 
 
-@pytest.mark.parametrize("method", ["cr", "retrain"])
+@pytest.mark.parametrize("method", ["cr", "retrain_head"])
 def test_other_methods_run(tmp_path: Path, method: str) -> None:
     result = run_small(tmp_path, f"method={method}")
     assert result.final["method"] == method
-    if method == "retrain":
+    if method == "retrain_head":
         assert result.final["retrains_method"] == len(
             [
                 x

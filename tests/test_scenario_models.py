@@ -67,12 +67,23 @@ def test_tokens_work_with_sequence_backbones() -> None:
 
 
 def test_methods() -> None:
-    assert set(KNOWN_METHODS) == {"decoremoval", "cr", "retrain"}
-    # cr and retrain ignore the decorrelation section, whatever it says.
-    for method in ("cr", "retrain"):
+    assert set(KNOWN_METHODS) == {"decoremoval", "cr", "retrain_head"}
+    # cr and retrain_head ignore the decorrelation section, whatever it says.
+    for method in ("cr", "retrain_head"):
         for enabled in (True, False):
             s = scenario(method=method, decorrelation={"enabled": enabled})
             assert not s.uses_decorrelation
+
+
+def test_streaming_method_names_say_what_they_retrain() -> None:
+    """'retrain' was the head-only baseline of `run`: it is refused with its new name, and the
+    compare-only methods are refused with the command that runs them."""
+    with pytest.raises(ScenarioError, match="retrain_head"):
+        scenario(method="retrain")
+    with pytest.raises(ScenarioError, match="unlearnsim compare"):
+        scenario(method="sisa")
+    with pytest.raises(ScenarioError, match="should be one of"):
+        scenario(method="nope")
 
 
 def test_kafka_needs_bootstrap_and_only_kafka_takes_one() -> None:

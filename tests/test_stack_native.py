@@ -62,7 +62,7 @@ def test_stack_up_answers_every_request_and_down_leaves_nothing(tmp_path: Path) 
         receipts = read_receipts(bootstrap, Topics())
         assert sorted(r.request_id for r in receipts) == sorted(r.request_id for r in requests)
         assert {r.status for r in receipts} <= {"applied", "rejected"}
-        summary = json.loads((folder / "volumes/runs/stack/kafka_summary.json").read_text())
+        summary = json.loads((folder / "volumes/runs/stack/metrics.json").read_text())["kafka"]
         assert summary["applied"] + summary["rejected"] == len(requests) > 0
         assert summary["samples"] > 0
 

@@ -53,7 +53,8 @@ def test_builtins_are_the_papers_methods_in_table_order() -> None:
         "cu",
         "decoremoval",
     )
-    assert [cls.name for cls in BUILTIN] == list(registered_unlearners()[:7])
+    assert [cls.name for cls in BUILTIN] == list(registered_unlearners()[:8])
+    assert registered_unlearners()[7] == "retrain_head"
 
 
 def test_registry_refuses_duplicates_unless_forced() -> None:

@@ -57,7 +57,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
             return run_kafka(args, scenario, console, callbacks)
         from simulator.runner import run_scenario
-        from simulator.runner.artifacts import artifact_writer
 
         run_scenario(
             scenario,
@@ -65,6 +64,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             console=console,
             progress=not args.no_progress,
             plots=not args.no_plots,
-            on_event=[*callbacks, artifact_writer(args.output or scenario.output_dir)],
+            on_event=callbacks,
         )
     return 0

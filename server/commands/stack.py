@@ -88,12 +88,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         return 0
     supervisor.wait_for(folder, SERVER, args.timeout)
     out = _output_of(state["services"][SERVER]["argv"])
-    summary = out / "kafka_summary.json"
+    summary = out / "metrics.json"
     if not summary.exists() or summary.stat().st_mtime < state["started_at"]:
         log = state["services"][SERVER]["log"]
         console.print(f"[red]the server ended without {summary}[/]; see {log}")
         return 1
-    data = json.loads(summary.read_text())
+    data = json.loads(summary.read_text()).get("kafka", {})
     keys = ("records", "applied", "rejected", "duplicates", "dead_letters", "batches")
     console.print("server finished: " + ", ".join(f"{k} {data.get(k)}" for k in keys))
     return 0

@@ -92,7 +92,7 @@ def run_deployed(
         if fed is not None:
             fed.wait_ready()  # the SuperNodes imported torch while `flwr run` submitted
         console.print(f"Flower run {run_id} submitted; waiting for it to finish")
-        events = folder / ("kafka_events.jsonl" if config.kafka.enabled else "events.jsonl")
+        events = folder / "events.jsonl"
         status = _wait(home, run_id, events, folder, console, wall_limit, fed)
     from simulator.runner.result import RunResult
 
@@ -100,17 +100,18 @@ def run_deployed(
         raise FlowerProcessError(
             f"Flower run {run_id} ended as {status}; see {flower}/*.log and the run's events"
         )
-    kafka = stream is not None and stream.enabled
-    metrics = folder / ("kafka_summary.json" if kafka else "metrics.json")
+    metrics = folder / "metrics.json"
     if not metrics.exists():  # a remote SuperLink: the ServerApp wrote the folder over there
         console.print(
             f"run {run_id} completed; its outputs are in {folder} on the SuperLink's machine"
         )
         return RunResult(folder, {}, [])
-    if kafka:
-        return RunResult(folder, json.loads(metrics.read_text()).get("metrics", {}), [])
-    console.print((folder / "summary.md").read_text())
-    return RunResult(folder, json.loads(metrics.read_text()), [])
+    from simulator.runner.outputs import read_summary
+    from simulator.runner.run import print_summary
+
+    rows = read_summary(folder / "summary.md")  # the table every run prints
+    print_summary(console, f"{scenario.name}: summary", rows, folder)
+    return RunResult(folder, json.loads(metrics.read_text()), rows)
 
 
 @contextmanager

@@ -38,21 +38,22 @@ from typing import IO, Any, cast
 import numpy as np
 
 from server.kafka.errors import CheckpointError
-from server.kafka.ledger import Entry
 from server.kafka.offsets import Fingerprint
 from server.kafka.records import Incoming, OutRecord
 from simulator.federation import FederatedHeadData
 from simulator.head import CertifiedHead
+from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
+from simulator.stream.ledger import Entry
 
 FORMAT = 1
 NAME = "checkpoint.pkl"
 
 
 @dataclass
-class StreamState:
-    """What the consumer persists besides the model."""
+class ConsumerState:
+    """What the consumer persists besides the model (the run's totals in ``run``)."""
 
     ledger: dict[str, Entry] = field(default_factory=dict)
     #: requests partition -> next offset to read
@@ -63,8 +64,8 @@ class StreamState:
     #: (topic, partition) -> an offset at or before the outbox's first record there
     published_until: dict[tuple[str, int], int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
-    forgotten: list[int] = field(default_factory=list)
-    last_tick: int = 0
+    #: the pipeline's totals: forgotten ids, batches, next reference checkpoint, last tick
+    run: RunState = field(default_factory=RunState)
     #: requests partition -> the last record consumed there (detects a re-written log)
     last_records: dict[int, Fingerprint] = field(default_factory=dict)
     #: accepted requests held until their client's removal is large enough, with their records
@@ -77,8 +78,16 @@ class StreamState:
     sessions: int = 0
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
-        """Checkpoints written before a field existed load with its default."""
-        self.__dict__.update(StreamState().__dict__)
+        """Checkpoints written before a field existed load with its default; those written
+        before the run's totals moved into ``run`` (``forgotten``, ``last_tick``) are moved."""
+        saved = dict(saved)
+        if "run" not in saved:
+            saved["run"] = RunState(
+                forgotten=list(saved.pop("forgotten", [])),
+                last_tick=int(saved.pop("last_tick", 0)),
+                batches=int(saved.get("batch", 0)),
+            )
+        self.__dict__.update(ConsumerState().__dict__)
         self.__dict__.update(saved)
 
 
@@ -143,6 +152,12 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self._static = static
 
+    def find_class(self, module: str, name: str) -> Any:
+        """Classes renamed since a checkpoint was written load under their new name."""
+        if (module, name) == (__name__, "StreamState"):
+            return ConsumerState
+        return super().find_class(module, name)
+
     def persistent_load(self, pid: Any) -> Any:
         try:
             return self._static[pid]
@@ -180,7 +195,7 @@ class CheckpointStore:
     def path(self) -> Path:
         return self.folder / NAME
 
-    def save(self, state: StreamState) -> float:
+    def save(self, state: ConsumerState) -> float:
         """Write the head and ``state`` atomically; returns the seconds it took."""
         t = time.perf_counter()
         buf = io.BytesIO()
@@ -207,7 +222,7 @@ class CheckpointStore:
                 os.close(fd)
         return time.perf_counter() - t
 
-    def load(self) -> StreamState | None:
+    def load(self) -> ConsumerState | None:
         """Install the saved head into the federation and return the saved state (None: none).
 
         Raises
@@ -232,7 +247,7 @@ class CheckpointStore:
                     "checkpointed one (the build is not reproducible here)"
                 )
             head = cast(CertifiedHead, _Unpickler(f, self._static).load())
-            state = cast(StreamState, pickle.load(f))
+            state = cast(ConsumerState, _Unpickler(f, self._static).load())
         self.fed.head = head
         self.fed.head_data = cast(FederatedHeadData, head.data)
         self.fed.clients = dict(self.fed.head_data.clients)  # type: ignore[arg-type]

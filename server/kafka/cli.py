@@ -18,7 +18,7 @@ from rich.console import Console
 from server.kafka.batcher import BatchPolicy
 from server.kafka.consumer import ConsumerConfig, EventHook
 from server.kafka.gate import GatePolicy
-from server.kafka.session import EVENTS_FILE, consume
+from server.kafka.session import consume
 from server.kafka.settings import StreamSettings
 from server.kafka.signing import load_key
 from server.kafka.topics import Topics
@@ -52,11 +52,17 @@ def stream_from_args(args: argparse.Namespace) -> StreamSettings:
 
 
 def consumer_config(
-    stream: StreamSettings, out: Path, *, default_state: Path | None = None, fsync: bool = True
+    stream: StreamSettings,
+    out: Path,
+    scenario: Scenario,
+    *,
+    default_state: Path | None = None,
+    fsync: bool = True,
 ) -> ConsumerConfig:
     """The consumer's configuration: state in ``stream.state_dir``, else ``default_state``
-    (else ``out/kafka-state``), events in ``out/kafka_events.jsonl``; the signing key is read
-    here (:func:`server.kafka.signing.load_key`)."""
+    (else ``out/kafka-state``); batches of ``stream.max_batch_requests`` requests, else the
+    scenario's ``stream.max_batch_requests``; the signing key is read here
+    (:func:`server.kafka.signing.load_key`)."""
     state = state_dir(stream, out, default_state)
     key = load_key(
         env_var=stream.signing_key_env or None,
@@ -73,10 +79,12 @@ def consumer_config(
         state_dir=state,
         topics=Topics(stream.requests_topic, stream.receipts_topic, stream.dead_letter_topic),
         group_id=stream.group,
-        batch=BatchPolicy(max_requests=stream.max_batch_requests, max_wait=stream.max_wait),
+        batch=BatchPolicy(
+            max_requests=stream.max_batch_requests or scenario.stream.max_batch_requests,
+            max_wait=stream.max_wait,
+        ),
         idle_timeout=stream.idle_timeout or None,
         fsync=fsync,
-        events_path=out / EVENTS_FILE,
         gate=gate,
         on_offset_gap=stream.on_offset_gap,
         min_removal_batch=stream.min_removal_batch,
@@ -115,14 +123,22 @@ def run_kafka(
 
     out = Path(args.output or scenario.output_dir)
     stream = stream_from_args(args)
-    config = consumer_config(stream, out, fsync=not args.no_fsync)
+    config = consumer_config(stream, out, scenario, fsync=not args.no_fsync)
     scenario = as_kafka_source(scenario)
     with _blas_limit(args.blas_threads):
         with console.status(f"[bold]{scenario.name}[/]: loading the federation"):
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
         if reloaded:
             console.print(f"federation reloaded from {config.state_dir} (no retraining)")
-        consume(fed, config, out, console, on_event, ready=ready_file(stream, out))
+        consume(
+            fed,
+            config,
+            out,
+            console,
+            on_event,
+            ready=ready_file(stream, out),
+            plots=not args.no_plots,
+        )
     return 0
 
 

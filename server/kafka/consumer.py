@@ -34,14 +34,12 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
 from server.health import process_age
-from server.kafka.apply import apply_requests
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchPolicy, lag, next_batch
-from server.kafka.checkpoint import CheckpointStore, StreamState
+from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.errors import BrokerUnavailableError
-from server.kafka.events import COUNTERS, batch_event, count_batch, totals
+from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
 from server.kafka.gate import Gate, GatePolicy, registry_of
-from server.kafka.ledger import Ledger
 from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
 from server.kafka.records import (
@@ -55,8 +53,11 @@ from server.kafka.records import (
 )
 from server.kafka.security import client_options
 from server.kafka.topics import Topics, ensure_topics
+from simulator.runner.pipeline import BatchOutcome, apply_batch
+from simulator.runner.recorder import RunRecorder
 from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
+from simulator.stream.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +99,20 @@ class DeletionConsumer:
     """Consumes deletion requests into ``fed`` (see the module docstring)."""
 
     def __init__(
-        self, fed: Federation, config: ConsumerConfig, *, on_event: Sequence[EventHook] = ()
+        self,
+        fed: Federation,
+        config: ConsumerConfig,
+        *,
+        on_event: Sequence[EventHook] = (),
+        recorder: RunRecorder | None = None,
     ) -> None:
         self.fed = fed
         self.config = config
         self.on_event = list(on_event)
+        self.recorder = recorder
         self.backoff = Backoff()
         self._stop = False
-        self.state = StreamState()
+        self.state = ConsumerState()
         self.session: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._beat = 0.0
         self._recheck = False
@@ -123,7 +130,7 @@ class DeletionConsumer:
         with CheckpointStore(cfg.state_dir, self.fed, fsync=cfg.fsync) as store:
             state = store.load()
             resumed = state is not None
-            self.state = state = state or StreamState()
+            self.state = state = state or ConsumerState()
             for name in COUNTERS:
                 state.counters.setdefault(name, 0)
             state.sessions += 1
@@ -352,8 +359,13 @@ class DeletionConsumer:
                 denied[len(requests)] = why
             requests.append(decoded)
             sources.append(rec)
-        result = apply_requests(
-            self.fed, ledger, requests, denied=denied, min_rows=cfg.min_removal_batch
+        result = apply_batch(
+            self.fed,
+            state.run,
+            requests,
+            ledger=ledger,
+            denied=denied,
+            min_rows=cfg.min_removal_batch,
         )
         t_apply = time.perf_counter()
         state.pending = [(sources[i], requests[i]) for i in result.held]
@@ -372,8 +384,6 @@ class DeletionConsumer:
         self.gate.prune()
         for counters in (state.counters, self.session):
             count_batch(counters, len(records), result, len(dead))
-        state.forgotten.extend(result.removed)
-        state.last_tick = max([state.last_tick, *(r.tick for r in requests)])
         checkpoint = store.save(state)
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
@@ -387,24 +397,27 @@ class DeletionConsumer:
         for i in result.unauthorised:
             reason = denied[i].split(":", 1)[0]
             reasons[reason] = reasons.get(reason, 0) + 1
-        event = batch_event(
-            self.fed, state, result, records=len(records), dead=kinds, unauthorised=reasons
+        event = result.event
+        event.update(
+            kafka_fields(state, records=len(records), dead=kinds, unauthorised=reasons),
+            committed=committed,
+            lag_requests=lag(consumer, parts),
         )
-        event.update(committed=committed, lag_requests=lag(consumer, parts))
         event["latency_seconds"] = [
             max(0.0, (done_ms - src.timestamp_ms) / 1000.0)
             for r, src in zip(result.receipts, sources, strict=True)
             if r is not None
         ]
-        event["timings"] = {
-            **({"removal": result.report.timings.get("total", 0.0)} if result.report else {}),
-            "apply": t_apply - t0,
-            "checkpoint": checkpoint,
-            "commit": t_committed - t_saved,
-            "publish": t_end - t_committed,
-            "total": t_end - t0,
-        }
-        self._emit(event)
+        event.setdefault("timings", {}).update(
+            apply=t_apply - t0,
+            checkpoint=checkpoint,
+            commit=t_committed - t_saved,
+            publish=t_end - t_committed,
+            total=t_end - t0,
+        )
+        if result.report is not None:
+            event["timings"]["removal"] = result.report.timings.get("total", 0.0)
+        self._emit_batch(result)
 
     def _refuse(self, request: DeletionRequest, record: Incoming) -> str | None:
         """The gate's verdict; an exception while deciding refuses the request (``other``)."""
@@ -437,9 +450,21 @@ class DeletionConsumer:
             self._beat = now
             self._emit({"event": "heartbeat"}, False)
 
+    def _emit_batch(self, outcome: BatchOutcome) -> None:
+        """A batch's event and receipts: to the run's recorder, else as any other event."""
+        if self.recorder is not None:
+            self.recorder.batch(outcome, self.fed)
+            for hook in self.on_event:
+                hook(outcome.event, self.fed)
+        else:
+            self._emit(outcome.event)
+
     def _emit(self, event: dict[str, Any], persist: bool = True) -> None:
-        """Send ``event`` to the hooks; ``persist``: also append it to the events file."""
-        if persist and self.config.events_path is not None:
+        """Send ``event`` to the hooks; ``persist``: also log it (the run's recorder, or the
+        events file)."""
+        if self.recorder is not None:
+            self.recorder.emit(event, self.fed, persist=persist)
+        elif persist and self.config.events_path is not None:
             self.config.events_path.parent.mkdir(parents=True, exist_ok=True)
             with self.config.events_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(event, sort_keys=True, default=str) + "\n")

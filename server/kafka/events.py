@@ -1,20 +1,18 @@
-"""The consumer's event records: one per batch, plus running totals (for logs and metrics).
+"""The consumer's additions to the pipeline's batch events, and its running totals.
 
-Batch events use the in-process runner's keys where they overlap (``requests``, ``rejected``,
-``samples``, ``removed_total``, the residuals, ``certificate``, ``timings``...), so the Prometheus
-exporter reads both; Kafka adds ``records``, ``duplicates``, ``dead_letters`` (per kind),
-``unauthorised`` (per reason: bad_signature, not_owner, rate_limited), ``held`` (requests waiting
-for a larger removal), ``committed``, ``lag_requests`` and ``latency_seconds`` (request to
-receipt, per request).
+A batch's event is the one every path writes (:func:`simulator.runner.pipeline.apply_batch`:
+requests, rejected, samples, the residuals, ``certificate``, ``metrics``, ``privacy``,
+``drift``...); Kafka adds ``records``, ``dead_letters`` (per kind), ``unauthorised`` (per
+reason: bad_signature, not_owner, rate_limited), ``committed``, ``lag_requests`` and
+``latency_seconds`` measured from each record's broker timestamp to its receipt.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from server.kafka.apply import BatchResult
-from server.kafka.checkpoint import StreamState
-from simulator.runner.loop import certificate_section, removal_fields, weight_reports
+from server.kafka.checkpoint import ConsumerState
+from simulator.runner.pipeline import BatchOutcome
 from simulator.runner.setup import Federation
 
 COUNTERS = (
@@ -32,7 +30,7 @@ COUNTERS = (
 )
 
 
-def count_batch(counters: dict[str, int], records: int, result: BatchResult, dead: int) -> None:
+def count_batch(counters: dict[str, int], records: int, result: BatchOutcome, dead: int) -> None:
     """Add one batch to the running counters (kept in the checkpoint); ``rejected`` includes
     the ``unauthorised`` ones."""
     counters["records"] += records
@@ -45,7 +43,7 @@ def count_batch(counters: dict[str, int], records: int, result: BatchResult, dea
     counters["batches"] += 1
 
 
-def totals(fed: Federation, state: StreamState) -> dict[str, Any]:
+def totals(fed: Federation, state: ConsumerState) -> dict[str, Any]:
     """Counters and the head's state now."""
     head = fed.head
     return {
@@ -59,45 +57,22 @@ def totals(fed: Federation, state: StreamState) -> dict[str, Any]:
         "budget_used_ratio": head.cumulative_residual / head.budget,
         "retained": fed.head_data.retained_count,
         "held": len(state.pending),
+        "batches_applied": state.run.batches,
+        "removed_total": len(state.run.forgotten),
         "sessions": state.sessions,
         "offsets": {str(p): o for p, o in sorted(state.offsets.items())},
     }
 
 
-def batch_event(
-    fed: Federation,
-    state: StreamState,
-    result: BatchResult,
-    *,
-    records: int,
-    dead: dict[str, int],
-    unauthorised: dict[str, int],
+def kafka_fields(
+    state: ConsumerState, *, records: int, dead: dict[str, int], unauthorised: dict[str, int]
 ) -> dict[str, Any]:
-    """The ``deletion_batch`` record of the batch just applied (``state`` already updated).
-
-    ``requests`` counts the requests answered in this batch (held ones are answered later).
-    """
-    answered = sum(r is not None for r in result.receipts)
-    event: dict[str, Any] = {
-        "event": "deletion_batch",
+    """What the consumer adds to the batch's event (``state`` already updated)."""
+    return {
         "source": "kafka",
-        "batch": state.batch,
+        "consumer_batch": state.batch,
         "records": records,
-        "requests": answered,
-        "applied": result.count("applied"),
-        "rejected": result.count("rejected"),
-        "duplicates": result.count("duplicate"),
         "dead_letters": dict(dead),
         "unauthorised": dict(unauthorised),
         "held": len(state.pending),
-        "samples": len(result.removed),
-        "removed_total": len(state.forgotten),
-        "model_version": fed.head.model_version,
     }
-    report = result.report
-    if report is not None:
-        routing = fed.head_data.last_routing
-        event["clients"] = {str(k): v for k, v in sorted(routing.items())}
-        event.update(removal_fields(report), certificate=certificate_section(fed, report))
-        event["decorrelation"] = weight_reports(fed, sorted(routing))
-    return event

@@ -38,8 +38,9 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch-requests",
         type=int,
-        default=d.max_requests,
-        help="most requests in one certified removal (default: %(default)s)",
+        default=0,
+        help="most requests in one certified removal (default: the scenario's "
+        "stream.max_batch_requests)",
     )
     parser.add_argument(
         "--max-wait",

@@ -1,34 +1,33 @@
 """One consuming session over a built federation, for every transport.
 
 :func:`consume` runs a :class:`~server.kafka.consumer.DeletionConsumer` until it is idle or
-stopped (SIGTERM/SIGINT finish the current batch first), evaluates the final head, writes
-``kafka_summary.json`` (totals over every session on the state folder, and this session's own
-counts and times under ``session``) and prints a summary table. A ready file (default
-``STATE_DIR/ready``) exists while the consumer is ready (:class:`server.health.Health`).
-``unlearnsim run --stream kafka`` calls it with an in-process federation
-(:mod:`server.kafka.cli`); the Flower ServerApp calls it with a federation whose clients are
-SuperNodes (:mod:`server.server_app`).
+stopped (SIGTERM/SIGINT finish the current batch first). The run folder is written by the one
+recorder every run uses (:class:`simulator.runner.recorder.RunRecorder`: events.jsonl,
+receipts.jsonl, metrics.json, summary.md, plots), appended to by a restarted consumer, and the
+summary is the one every run prints, with the consumer's counters as an extra section
+(``kafka`` in metrics.json: totals over every session on the state folder, and this session's
+own counts and times under ``session``). A ready file (default ``STATE_DIR/ready``) exists
+while the consumer is ready (:class:`server.health.Health`). ``unlearnsim run --stream kafka``
+calls it with an in-process federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it
+with a federation whose clients are SuperNodes (:mod:`server.server_app`).
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
+from simulator.runner.recorder import RunRecorder
 from simulator.runner.setup import Federation
-
-SUMMARY_FILE = "kafka_summary.json"
-EVENTS_FILE = "kafka_events.jsonl"
 
 SUMMARY_KEYS = (
     "records",
@@ -61,26 +60,35 @@ def consume(
     on_event: Sequence[EventHook] = (),
     *,
     ready: Path | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
-    """Consume ``config``'s requests topic into ``fed``; write and return the summary.
+    """Consume ``config``'s requests topic into ``fed``; write the run folder ``out``.
 
-    ``ready``: the ready file (default ``STATE_DIR/ready``).
+    Returns the end event (``kafka``: the consumer's summary). ``ready``: the ready file
+    (default ``STATE_DIR/ready``).
     """
-    from simulator.runner.loop import evaluate
+    from server.kafka.checkpoint import NAME
+    from simulator.runner.run import print_summary
 
     health = Health(ready_file=ready or config.state_dir / "ready")
-    hooks: list[EventHook] = [*on_event, health, _announce(console, config)]
-    consumer = DeletionConsumer(fed, config, on_event=hooks)
+    resume = (config.state_dir / NAME).exists()
+    recorder = RunRecorder(out, on_event=[*on_event, health], resume=resume, plots=plots)
+    consumer = DeletionConsumer(
+        fed, replace(config, events_path=None), on_event=[_announce(console, config)],
+        recorder=recorder,
+    )  # fmt: skip
     try:
+        recorder.start(fed)
         with _stop_on_signals(consumer):
             summary = consumer.run()
+        end, rows = recorder.finish(
+            fed, consumer.state.run, extra={"kafka": summary}, extra_rows=kafka_rows(summary)
+        )
     finally:
+        recorder.close()
         health.close()
-    summary["metrics"] = evaluate(fed, consumer.state.last_tick, consumer.state.forgotten)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    _print_summary(console, summary, out)
-    return summary
+    print_summary(console, f"{fed.scenario.name}: summary (kafka stream)", rows, out)
+    return end
 
 
 def _announce(console: Console, config: ConsumerConfig) -> EventHook:
@@ -113,19 +121,15 @@ def _stop_on_signals(consumer: DeletionConsumer) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None:
-    table = Table(title="kafka stream: summary")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+def kafka_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The consumer's section of the summary: its counters over every session, then this
+    session's own."""
+    rows = []
     for key in SUMMARY_KEYS:
         value = summary.get(key)
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        rows.append((f"kafka: {key}", f"{value:.4g}" if isinstance(value, float) else str(value)))
     for key in SESSION_KEYS:
         value = summary.get("session", {}).get(key)
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-        table.add_row(f"{key} (this session)", shown)
-    acc = summary.get("metrics", {}).get("accuracy_test")
-    if acc is not None:
-        table.add_row("accuracy_test", f"{acc:.4f}")
-    console.print(table)
-    console.print(f"outputs in [bold]{out}[/] ({EVENTS_FILE}, {SUMMARY_FILE})")
+        rows.append((f"kafka: {key} (this session)", shown))
+    return rows

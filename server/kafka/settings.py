@@ -37,7 +37,8 @@ class StreamSettings(BaseModel):
     receipts_topic: str = "deletion-receipts"
     dead_letter_topic: str = "deletion-dead-letters"
     group: str = "unlearnsim"
-    max_batch_requests: int = Field(default=500, ge=1)
+    #: most requests in one certified removal; 0: the scenario's ``stream.max_batch_requests``
+    max_batch_requests: int = Field(default=0, ge=0)
     max_wait: float = Field(default=0.2, ge=0)
     idle_timeout: float = Field(default=0.0, ge=0)
     state_dir: str = ""

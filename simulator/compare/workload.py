@@ -9,7 +9,8 @@ the same rows, the same test and OOD splits and the same deletion stream:
 * evaluation: the in-distribution test split and the paper's label-swap OOD split
   (:func:`simulator.runner.evaluation.build_eval_sets`, DecoRemoval Sec. 4.2);
 * removals: :func:`simulator.stream.generate_stream` grouped by
-  :func:`simulator.stream.batches`; a client withdrawal names the client's retained rows.
+  :func:`simulator.stream.batches` and validated as ``unlearnsim run`` validates them
+  (:func:`simulator.runner.requests.expand`).
 
 Unlike the runner, the comparison trains centrally (no federation): the extractor's FedAvg
 budget of ``rounds x local_epochs`` passes becomes as many central epochs. A batch that crosses
@@ -30,6 +31,7 @@ from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
 from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, original_labels
+from simulator.runner.requests import RowHoldings, expand
 from simulator.runner.seeds import stage_rng
 from simulator.runner.setup import load_dataset, split_clients
 from simulator.scenario import Scenario
@@ -89,23 +91,25 @@ def settings_from_scenario(scenario: Scenario) -> ModelSettings:
 
 
 def expand_requests(
-    requests: Sequence[DeletionRequest], max_batch_requests: int, groups: IntArray
+    requests: Sequence[DeletionRequest],
+    max_batch_requests: int,
+    groups: IntArray,
+    *,
+    num_clients: int | None = None,
 ) -> list[IntArray]:
-    """Sample ids of every deletion batch, in stream order (withdrawals: retained client rows)."""
-    retained = np.ones(groups.size, dtype=bool)
+    """Sample ids of every deletion batch, in stream order.
+
+    Validated exactly as ``unlearnsim run`` validates them (:func:`simulator.runner.requests
+    .expand`): a withdrawal names its client's retained rows, a request naming an unknown or
+    already deleted id is rejected whole. ``groups[i]`` is row ``i``'s client (the public pool,
+    if any, is one more group that no request names).
+    """
+    clients = range(int(groups.max()) + 1 if groups.size else 0)
+    holdings = RowHoldings(groups, clients)
     out: list[IntArray] = []
     for batch in batches(requests, max_batch_requests):
-        ids: list[int] = []
-        for request in batch:
-            if request.client_id is not None:
-                rows = np.flatnonzero((groups == request.client_id) & retained)
-                ids.extend(int(i) for i in rows)
-                retained[rows] = False
-            else:
-                assert request.sample_ids is not None
-                fresh = [i for i in request.sample_ids if retained[i]]
-                retained[fresh] = False
-                ids.extend(fresh)
+        ids, _ = expand(holdings, batch)
+        holdings.delete(ids)
         if ids:
             out.append(np.asarray(ids, dtype=np.int64))
     return out
@@ -176,7 +180,9 @@ def build_workload(
         scenario_name=sc.name,
         rng=stage_rng(seed, "stream"),
     )
-    batch_ids = expand_requests(requests, sc.stream.max_batch_requests, groups)
+    batch_ids = expand_requests(
+        requests, sc.stream.max_batch_requests, groups, num_clients=len(shards)
+    )
     wanted = sc.evaluation.checkpoints if checkpoints is None else checkpoints
     steps, evaluate_after, missed = cut_at_checkpoints(batch_ids, wanted)
     if missed:

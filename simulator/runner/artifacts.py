@@ -4,16 +4,14 @@
 ``clients.json`` holds every live client's :class:`~simulator.federation.ClientReport`
 (rows, retained rows, deletion messages it received, accuracy of the head on its rows), asked
 of the clients themselves, plus the clients that failed during the run (``excluded``) or did
-not answer this last question (``unavailable``). Use :func:`artifact_writer` as an
-``on_event`` callback of :func:`~simulator.runner.run_scenario`.
+not answer this last question (``unavailable``). Every run writes them at its end
+(:class:`~simulator.runner.recorder.RunRecorder`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -42,14 +40,3 @@ def write_artifacts(folder: Path, fed: Federation) -> None:
         "unavailable": unavailable,
     }
     (folder / CLIENTS_FILE).write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
-
-
-def artifact_writer(folder: str | Path) -> Callable[[dict[str, Any], Federation], None]:
-    """An ``on_event`` callback that writes the artifacts on the ``end`` event."""
-    target = Path(folder)
-
-    def on_event(event: dict[str, Any], fed: Federation) -> None:
-        if event.get("event") == "end":
-            write_artifacts(target, fed)
-
-    return on_event

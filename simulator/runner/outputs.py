@@ -40,11 +40,12 @@ def _clean(value: Any) -> Any:
 class RunWriter:
     """Appends events and receipts as they happen, so a crashed run keeps its log."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, append: bool = False) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self._events = (folder / "events.jsonl").open("w", encoding="utf-8")
-        self._receipts = (folder / "receipts.jsonl").open("w", encoding="utf-8")
+        mode = "a" if append else "w"
+        self._events = (folder / "events.jsonl").open(mode, encoding="utf-8")
+        self._receipts = (folder / "receipts.jsonl").open(mode, encoding="utf-8")
 
     def event(self, record: dict[str, Any]) -> None:
         self._events.write(json.dumps(_clean(record), sort_keys=True) + "\n")
@@ -164,6 +165,16 @@ def weight_rows(weights: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
         rows.append(
             ("decorrelation class mass share (min / max)", f"{min(mass):.3f} / {max(mass):.3f}")
         )
+    return rows
+
+
+def read_summary(path: Path) -> list[tuple[str, str]]:
+    """The (metric, value) rows of a ``summary.md`` written by :func:`markdown_table`."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 2 and cells != ["metric", "value"] and not cells[0].startswith("---"):
+            rows.append((cells[0], cells[1]))
     return rows
 
 

@@ -1,9 +1,14 @@
-"""Run a scenario end to end in one process: train, then play the deletion stream."""
+"""Run a scenario end to end in one process: train, then play the deletion stream.
+
+The batches of the scenario's generated stream go through the one deletion pipeline
+(:func:`simulator.runner.pipeline.apply_batch`), and the run folder is written by the one
+recorder (:class:`simulator.runner.recorder.RunRecorder`), exactly as for a Kafka stream.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +16,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.runner.loop import StreamState, evaluate, iterate_batches
-from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
-from simulator.runner.resilience import apply_batch_guarded
+from simulator.runner.pipeline import apply_batch
+from simulator.runner.recorder import RunRecorder
 from simulator.runner.result import RunResult
+from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation, build_federation
 from simulator.runner.transport import ClientTransport
-from simulator.scenario import Scenario, scenario_to_yaml
+from simulator.scenario import Scenario
+from simulator.stream import batches as stream_batches
 
 
 def run_scenario(
@@ -30,7 +36,7 @@ def run_scenario(
     on_event: Sequence[Callable[[dict[str, Any], Federation], None]] = (),
     transport: ClientTransport | None = None,
 ) -> RunResult:
-    """Train the federation, consume the stream, write outputs; see :mod:`.outputs`.
+    """Train the federation, consume the stream, write outputs; see :mod:`.recorder`.
 
     Every event record (start, each deletion batch, end) is also passed to each ``on_event``
     callback with the federation, e.g. a metrics exporter. ``transport`` reaches the clients
@@ -38,18 +44,14 @@ def run_scenario(
     """
     console = console or Console()
     folder = Path(output_dir or scenario.output_dir)
-    wall = time.perf_counter()
-    writer = RunWriter(folder)
-    writer.text("resolved_scenario.yaml", scenario_to_yaml(scenario))
+    recorder = RunRecorder(folder, on_event=on_event, plots=plots)
     try:
         with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
             fed = build_federation(scenario, transport=transport)
-        start = _start_event(fed)
-        writer.event(start)
-        for cb in on_event:
-            cb(start, fed)
-        state = StreamState()
-        batches = list(iterate_batches(fed))
+        recorder.start(fed)
+        run = RunState()
+        batches = stream_batches(fed.requests, scenario.stream.max_batch_requests)
+        tick = timedelta(seconds=scenario.stream.tick_seconds)
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -59,103 +61,33 @@ def run_scenario(
         )
         with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
             task = bar.add_task("deletion stream", total=len(batches), info="")
-            for i, batch in enumerate(batches):
-                n_before = len(state.receipts)
-                event = apply_batch_guarded(fed, state, i, batch)
-                writer.event(event)
-                writer.receipts(state.receipts[n_before:])
-                for cb in on_event:
-                    cb(event, fed)
-                acc = event.get("metrics", {}).get("accuracy_test")
-                bar.update(
-                    task,
-                    advance=1,
-                    info=(
-                        f"removed {event['removed_total']}  "
-                        f"budget {event.get('budget_used_ratio', 0):.0%}"
-                        + (f"  acc {acc:.3f}" if acc is not None else "")
-                    ),
-                )
-        end = _end_event(fed, state, batches, wall)
-        writer.event(end)
-        for cb in on_event:
-            cb(end, fed)
-        rows = summary_rows(start, state.events, end)
-        writer.json("metrics.json", end)
-        writer.text("summary.md", f"# {scenario.name}\n\n" + markdown_table(rows))
-        if plots and state.events:
-            plot_run(folder, state.events, scenario.name)
+            for batch in batches:
+                outcome = apply_batch(fed, run, batch, now=batch[0].requested_at + tick)
+                recorder.batch(outcome, fed)
+                bar.update(task, advance=1, info=progress_info(outcome.event))
+        end, rows = recorder.finish(fed, run)
     finally:
-        writer.close()
-    table = Table(title=f"{scenario.name}: summary")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in rows:
-        table.add_row(k, v)
-    console.print(table)
-    console.print(f"outputs in [bold]{folder}[/]")
+        recorder.close()
+    print_summary(console, f"{scenario.name}: summary", rows, folder)
     return RunResult(folder, end, rows)
 
 
-def _start_event(fed: Federation) -> dict[str, Any]:
-    head = fed.head
-    weights = {
-        str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
-    }
-    return {
-        "event": "start",
-        "scenario": fed.scenario.name,
-        "seed": fed.scenario.seed,
-        "method": fed.scenario.method,
-        "train_rows": int(fed.dataset.y_train.size),
-        "public_rows": int(fed.public_indices.size),
-        "clients": {str(c): len(s) for c, s in enumerate(fed.client_indices)},
-        "num_classes": fed.dataset.num_classes,
-        "feature_dim": int(fed.train_features.shape[1]),
-        "extractor_round_losses": list(fed.featurizer.round_losses),
-        "extractor_certified": fed.extractor_certified,
-        "head_newton_iterations": head.last_fit_iterations,
-        "training_residual": head.cumulative_residual,
-        "budget": head.budget,
-        "accounting": head.config.accounting,
-        "delta": head.config.delta,
-        "requests": len(fed.requests),
-        "decorrelation_weights": weights,
-        "metrics": evaluate(fed, 0, []),
-    }
+def progress_info(event: dict[str, Any]) -> str:
+    """The progress bar's note after a batch: removed so far, budget used, test accuracy."""
+    acc = event.get("metrics", {}).get("accuracy_test")
+    return f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}" + (
+        f"  acc {acc:.3f}" if acc is not None else ""
+    )
 
 
-def _end_event(
-    fed: Federation, state: StreamState, batches: list[Any], wall: float
-) -> dict[str, Any]:
-    head = fed.head
-    last_tick = batches[-1][0].tick if batches else 0
-    retrains_method = sum(1 for e in state.events if e.get("retrain_reason") == "method")
-    retrains_budget = sum(1 for e in state.events if e.get("retrain_reason") == "budget")
-    return {
-        "event": "end",
-        "method": fed.scenario.method,
-        "clients": len(fed.clients),
-        "train_rows": int(fed.dataset.y_train.size),
-        "requests": len(state.receipts),
-        "requests_applied": sum(r.status == "applied" for r in state.receipts),
-        "requests_rejected": sum(r.status == "rejected" for r in state.receipts),
-        "removed_total": len(state.forgotten),
-        "retained": fed.head_data.retained_count,
-        "retrains_budget": retrains_budget,
-        "retrains_method": retrains_method,
-        "accounting": head.config.accounting,
-        "epsilon_spent": head.epsilon_spent,
-        "epsilon_target": fed.scenario.head.epsilon,
-        "delta": fed.scenario.head.delta,
-        "budget": head.budget,
-        "budget_used_ratio": head.cumulative_residual / head.budget,
-        "model_version": head.model_version,
-        "excluded_clients": {str(c): r for c, r in sorted(fed.excluded.items())},
-        "extractor_certified": fed.extractor_certified,
-        "decorrelation_weights": {
-            str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
-        },
-        "metrics": evaluate(fed, last_tick, state.forgotten),
-        "wall_seconds": time.perf_counter() - wall,
-    }
+def print_summary(
+    console: Console, title: str, rows: Sequence[tuple[str, str]], folder: Path
+) -> None:
+    """The summary table every run prints, whatever its source and transport."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in rows:
+        table.add_row(k, v, style=None)
+    console.print(table)
+    console.print(f"outputs in [bold]{folder}[/]")

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.federation import FederatedClient, WeightingPlan
+from simulator.methods import method
 from simulator.runner.configs import decorrelation_config
 from simulator.runner.featurize import Featurizer
 from simulator.runner.seeds import stage_seed
@@ -25,7 +26,7 @@ IntArray = NDArray[np.int64]
 
 def weighting_plan(scenario: Scenario, client_id: int) -> WeightingPlan | None:
     """Decorrelation settings and the lift seed of ``client_id``; None without decorrelation."""
-    if scenario.method != "decoremoval":
+    if not method(scenario.method).decorrelates:
         return None
     config = decorrelation_config(scenario)
     root = stage_seed(scenario.seed, "decorrelation")

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from simulator.methods import method, streaming_methods, streaming_problem
 from simulator.scenario._base import Checks, Section
 from simulator.scenario.conditions_spec import EvaluationSpec, OODSpec, ShiftSpec
 from simulator.scenario.data_spec import IMAGE_SOURCES, DataSpec, PartitionSpec
@@ -20,12 +21,11 @@ from simulator.scenario.learning_spec import DecorrelationSpec, HeadSpec, ModelS
 from simulator.scenario.problems import Problem, ScenarioError
 from simulator.scenario.stream_spec import StreamSpec
 
-#: Unlearning methods a scenario may name. Only ``decoremoval`` uses the
-#: ``decorrelation`` section; ``cr`` and ``retrain`` ignore it (uniform weights).
-KNOWN_METHODS: tuple[str, ...] = ("decoremoval", "cr", "retrain")
-#: Baselines of the paper that retrain or dampen the whole network: they run under
-#: ``unlearnsim compare`` (``simulator/unlearners``), not in the federated streaming runner.
-COMPARE_ONLY_METHODS: tuple[str, ...] = ("sisa", "dpsgd", "ssd", "cu")
+#: Unlearning methods a scenario may name (:func:`simulator.methods.streaming_methods`). Only
+#: ``decoremoval`` uses the ``decorrelation`` section; ``cr`` and ``retrain_head`` ignore it
+#: (uniform weights). The paper's baselines that retrain or dampen the whole network run under
+#: ``unlearnsim compare`` only.
+KNOWN_METHODS: tuple[str, ...] = streaming_methods()
 
 
 class Scenario(Section):
@@ -70,13 +70,9 @@ class Scenario(Section):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        if value in COMPARE_ONLY_METHODS:
-            raise ValueError(
-                f"'{value}' runs under `unlearnsim compare SCENARIO --methods {value},...`; "
-                f"a streaming run takes one of {', '.join(KNOWN_METHODS)}"
-            )
-        if value not in KNOWN_METHODS:
-            raise ValueError(f"should be one of {', '.join(KNOWN_METHODS)}")
+        problem = streaming_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -212,7 +208,7 @@ class Scenario(Section):
     @property
     def uses_decorrelation(self) -> bool:
         """Whether the method learns decorrelation weights (decoremoval with it enabled)."""
-        return self.method == "decoremoval" and self.decorrelation.enabled
+        return method(self.method).decorrelates and self.decorrelation.enabled
 
     @property
     def num_ticks(self) -> int:

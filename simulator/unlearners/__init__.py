@@ -4,6 +4,7 @@
 ``retrain``     extractor, RFF map and head retrained from scratch on the retained rows
 ``cr``          certified removal of the linear head (Guo et al., ICML 2020)
 ``decoremoval`` RFF + decorrelation weights + certified removal (DecoRemoval)
+``retrain_head`` frozen extractor + RFF, head retrained from scratch per removal
 ``sisa``        shards x slices with checkpoints (Bourtoule et al., IEEE S&P 2021)
 ``dpsgd``       DP-SGD training with opacus, removal a no-op (Abadi et al., CCS 2016)
 ``ssd``         selective synaptic dampening (Foster et al., AAAI 2024)
@@ -37,10 +38,12 @@ from simulator.unlearners.registry import (
     unregister_unlearner,
 )
 from simulator.unlearners.retrain import Retrain, RetrainOptions
+from simulator.unlearners.retrain_head import RetrainHead
 from simulator.unlearners.sisa import Sisa, SisaOptions
 from simulator.unlearners.ssd import Ssd, SsdOptions
 
-#: The built-in methods, in the order of the paper's tables.
+#: The built-in methods, in the order of the paper's tables (registered in
+#: :mod:`simulator.methods`, loaded from there on first use), then ``retrain_head``.
 BUILTIN: tuple[type[BaseUnlearner[Any]], ...] = (
     Retrain,
     CertifiedRemoval,
@@ -49,9 +52,8 @@ BUILTIN: tuple[type[BaseUnlearner[Any]], ...] = (
     Ssd,
     CertifiedUnlearning,
     DecoRemoval,
+    RetrainHead,
 )
-for _cls in BUILTIN:
-    register_unlearner(_cls.name, _cls)
 
 __all__ = [
     "BUILTIN",
@@ -67,6 +69,7 @@ __all__ = [
     "ModelSettings",
     "RemovalOutcome",
     "Retrain",
+    "RetrainHead",
     "RetrainOptions",
     "Sisa",
     "SisaOptions",

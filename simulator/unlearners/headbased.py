@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from simulator.head import CertifiedHead, LocalHeadData
 from simulator.head.data import Reweigher
+from simulator.methods import method
 from simulator.unlearners.base import (
     BaseUnlearner,
     FitReport,
@@ -74,7 +75,7 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
 
     def _remove(self, ids: IntArray) -> tuple[bool, dict[str, float]]:
         state: HeadState = self._state
-        report = state.head.remove([int(i) for i in ids])
+        report = method(self.name).remove(state.head, [int(i) for i in ids])
         info = {
             "charged": report.charged,
             "budget_used_ratio": report.budget_used_ratio,

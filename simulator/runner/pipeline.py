@@ -1,0 +1,383 @@
+"""One deletion batch, whatever brought it: the scenario's stream, Kafka, or the Flower ServerApp.
+
+:func:`apply_batch` is the only implementation of a deletion batch. It
+
+1. answers what needs no removal: requests refused before (``denied``: a bad signature, not
+   the owner, over the rate limit; rejected, not recorded), and with a ``ledger`` the request
+   ids answered before or earlier in the batch (``duplicate``);
+2. rejects requests that need a client which failed earlier, then validates the rest
+   (:func:`simulator.runner.requests.expand`: unknown client, unknown or already deleted ids);
+3. with ``min_rows`` > 1 holds the requests of clients whose rows in the batch are fewer
+   (returned as held, answered in a later batch; docs/security.md);
+4. removes the accepted ids as the scenario's method does (:mod:`simulator.methods`: one
+   certified Newton step or a retrain when the budget would be exceeded; ``retrain_head``);
+5. survives client failures: the failed clients leave the federation, the head is retrained
+   from scratch on the others, and each request is ``applied`` only if every one of its rows
+   was confirmed deleted (else ``rejected`` naming the failed client);
+6. answers every request with a receipt, records fresh ones in the ledger, and builds the
+   batch's event: the removal, the certificate, the decorrelation weights and, on the
+   scenario's schedule (``evaluation.every``, ``evaluation.checkpoints``), utility, MIA, drift
+   and the retrained reference (:mod:`simulator.runner.batch_metrics`).
+
+The caller owns the transport of requests and receipts (the scenario loop in
+:mod:`simulator.runner.run`, the Kafka consumer in :mod:`server.kafka.consumer`) and may add
+its own keys to the event (Kafka: records, dead letters, lag...).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from simulator.errors import ClientUnavailableError
+from simulator.head import RemovalReport
+from simulator.methods import streaming_method
+from simulator.runner.batch_metrics import (
+    certificate_section,
+    evaluate_batch,
+    removal_fields,
+    weight_reports,
+)
+from simulator.runner.monitoring import RunMonitor
+from simulator.runner.requests import (
+    FederationHoldings,
+    expand,
+    hold_small,
+    wanted_ids,
+)
+from simulator.runner.run_state import RunState
+from simulator.runner.setup import Federation
+from simulator.stream import DeletionReceipt, DeletionRequest
+from simulator.stream.ledger import Ledger
+
+
+@dataclass(frozen=True, eq=False)
+class BatchOutcome:
+    """What one batch did.
+
+    Attributes
+    ----------
+    receipts : one per request of the batch, in order; None for a held request.
+    removed : the sample ids deleted (confirmed by their owners).
+    report : the head's removal report (None: nothing removed, or a client failure retrain).
+    held : positions of the requests held for a later batch.
+    unauthorised : positions of the requests refused before validation (``denied``).
+    event : the ``deletion_batch`` event record (the caller may add keys).
+    """
+
+    receipts: tuple[DeletionReceipt | None, ...]
+    removed: tuple[int, ...]
+    report: RemovalReport | None
+    held: tuple[int, ...] = ()
+    unauthorised: tuple[int, ...] = ()
+    event: dict[str, Any] = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        """Receipts of this batch with ``status``."""
+        return sum(r is not None and r.status == status for r in self.receipts)
+
+    @property
+    def answered(self) -> list[DeletionReceipt]:
+        """The receipts, without the held requests' places."""
+        return [r for r in self.receipts if r is not None]
+
+
+def apply_batch(
+    fed: Federation,
+    run: RunState,
+    requests: Sequence[DeletionRequest],
+    *,
+    ledger: Ledger | None = None,
+    denied: Mapping[int, str] | None = None,
+    min_rows: int = 1,
+    now: datetime | None = None,
+) -> BatchOutcome:
+    """Answer every request of one batch (or hold it), as the module docstring says.
+
+    Parameters
+    ----------
+    fed : the federation whose head and clients change.
+    run : the run's totals (updated in place).
+    requests : the batch, in arrival order (requests held before come first).
+    ledger : answered request ids (updated in place); None: no duplicate detection (the
+        scenario's own stream has unique ids).
+    denied : position in ``requests`` -> why it is refused (rejected, not in the ledger).
+    min_rows : fewest rows one client's removal may cover (see the module docstring).
+    now : the decision time in every receipt (``applied_at``); default: when the removal ended.
+
+    Raises
+    ------
+    NumericalError
+        The removal failed; the federation may be half changed and must be discarded.
+    ClientUnavailableError
+        Every client failed.
+    """
+    denied = denied or {}
+    timings: dict[str, float] = {}
+    if run.evaluate and run.monitor is None:  # baselines frozen before the first deletion
+        t = time.perf_counter()
+        run.monitor = RunMonitor.start(fed)
+        timings["monitor_start"] = time.perf_counter() - t
+    holdings = FederationHoldings(fed)
+    fresh = _fresh(requests, denied, ledger)
+    blocked = {r.request_id: why for r in fresh if (why := _needs_excluded(fed, r)) is not None}
+    candidates = [r for r in fresh if r.request_id not in blocked]
+    wanted = {r.request_id: wanted_ids(holdings, r) for r in candidates}
+    ids, rejected = expand(holdings, candidates)
+    held: set[str] = set()
+    if min_rows > 1:
+        ids, held = hold_small(holdings, candidates, rejected, min_rows)
+    rejected.update(blocked)
+    report: RemovalReport | None = None
+    failures: dict[int, str] = {}
+    removed = ids
+    if ids:
+        try:
+            report = streaming_method(fed.scenario.method).remove(fed.head, ids)
+        except ClientUnavailableError as err:
+            failures, unconfirmed = _recover(fed, err, candidates, wanted, held)
+            rejected.update((rid, why) for rid, why in unconfirmed.items() if rid not in rejected)
+            kept = [
+                r for r in candidates if r.request_id not in rejected and r.request_id not in held
+            ]
+            removed = [i for r in kept for i in wanted[r.request_id]]
+    decided = now or datetime.now(UTC)
+    receipts = _answer(fed, requests, denied, ledger, fresh, rejected, held, report, decided)
+    run.forgotten.extend(removed)
+    tick = max((r.tick for r in requests), default=run.last_tick)
+    run.last_tick = max(run.last_tick, tick)
+    for r in receipts:
+        if r is not None:
+            run.answered[r.status] = run.answered.get(r.status, 0) + 1
+    event = _event(fed, run, requests, receipts, removed, report, tick, decided)
+    if failures:
+        event.update(_failure_fields(fed, failures))
+    reason = event.get("retrain_reason") if event.get("retrained") else None
+    if reason:
+        run.retrains[reason] = run.retrains.get(reason, 0) + 1
+    event.setdefault("timings", {}).update(timings)
+    if run.evaluate:
+        evaluate_batch(fed, run, tick, event)
+    run.batches += 1
+    return BatchOutcome(
+        receipts=tuple(receipts),
+        removed=tuple(removed),
+        report=report,
+        held=tuple(i for i, r in enumerate(receipts) if r is None),
+        unauthorised=tuple(sorted(denied)),
+        event=event,
+    )
+
+
+def _fresh(
+    requests: Sequence[DeletionRequest], denied: Mapping[int, str], ledger: Ledger | None
+) -> list[DeletionRequest]:
+    """The first copy of each request not denied and (with a ledger) not answered before."""
+    fresh: list[DeletionRequest] = []
+    seen: set[str] = set()
+    for i, req in enumerate(requests):
+        if i in denied:
+            continue
+        if ledger is not None and (req.request_id in ledger or req.request_id in seen):
+            continue
+        fresh.append(req)
+        seen.add(req.request_id)
+    return fresh
+
+
+def _needs_excluded(fed: Federation, req: DeletionRequest) -> str | None:
+    """Why ``req`` cannot be served (it needs a client that failed earlier), or None."""
+    if not fed.excluded:
+        return None
+    owners = (
+        {req.client_id}
+        if req.client_id is not None
+        else {fed.head_data.owner_of(i) for i in req.sample_ids or []}
+    )
+    for cid in sorted(owners & set(fed.excluded)):
+        return (
+            f"client {cid} left the federation after failing ({fed.excluded[cid]}): its rows "
+            "are no longer in the head, but it cannot confirm the deletion"
+        )
+    return None
+
+
+def _recover(
+    fed: Federation,
+    err: ClientUnavailableError,
+    candidates: Sequence[DeletionRequest],
+    wanted: Mapping[str, list[int]],
+    held: set[str],
+) -> tuple[dict[int, str], dict[str, str]]:
+    """Exclude the failed clients, retrain on the others; the failures and, per request whose
+    rows were not all confirmed deleted, why it is rejected."""
+    retained = {cid: {int(i) for i in c.retained_ids} for cid, c in fed.clients.items()}
+    failures = dict(err.clients)
+    pending = dict(err.clients)
+    while pending:
+        for cid, why in pending.items():
+            fed.exclude(cid, why)
+        if not fed.clients:
+            raise ClientUnavailableError(failures, "no client is left in the federation")
+        try:
+            fed.head.retrain("client_failed")
+            pending = {}
+        except ClientUnavailableError as again:
+            pending = {c: r for c, r in again.clients.items() if c in fed.clients}
+            failures.update(pending)
+            if not pending:
+                raise
+    unconfirmed: dict[str, str] = {}
+    for req in candidates:
+        if req.request_id in held:
+            continue
+        ids = wanted[req.request_id]
+        gone = [i for i in ids if i not in retained.get(fed.head_data.owner_of(i), set())]
+        if len(gone) < len(ids):
+            owners = sorted({fed.head_data.owner_of(i) for i in ids} & set(failures))
+            unconfirmed[req.request_id] = (
+                "not confirmed: "
+                + "; ".join(f"client {c} failed ({failures[c]})" for c in owners or failures)
+                + "; the head was retrained without the failed clients' rows"
+            )
+    return failures, unconfirmed
+
+
+def _answer(
+    fed: Federation,
+    requests: Sequence[DeletionRequest],
+    denied: Mapping[int, str],
+    ledger: Ledger | None,
+    fresh: Sequence[DeletionRequest],
+    rejected: Mapping[str, str],
+    held: set[str],
+    report: RemovalReport | None,
+    now: datetime,
+) -> list[DeletionReceipt | None]:
+    """One receipt per request, in order (None: held); fresh answers enter the ledger."""
+    head = fed.head
+    version = head.model_version
+    outcome: dict[str, DeletionReceipt] = {}
+    for req in fresh:
+        if req.request_id in held:
+            continue
+        reason = rejected.get(req.request_id)
+        outcome[req.request_id] = receipt(req, reason, fed, report, now)
+        if ledger is not None:
+            ledger.record(req.request_id, "rejected" if reason else "applied", version)
+    out: list[DeletionReceipt | None] = []
+    first_held = set(held)
+    for i, req in enumerate(requests):
+        if i in denied:
+            out.append(_plain(req, "rejected", denied[i], version, now))
+        elif req.request_id in first_held and req.request_id not in outcome:
+            first_held.discard(req.request_id)  # its first copy is held; later copies: duplicates
+            out.append(None)
+        elif (first := outcome.pop(req.request_id, None)) is not None:
+            out.append(first)
+        elif ledger is not None and req.request_id in ledger:
+            out.append(ledger.duplicate_receipt(req.request_id, model_version=version, now=now))
+        else:  # a later copy of a held request
+            why = "request id already received; held until its client's removal"
+            out.append(_plain(req, "duplicate", why, version, now))
+    return out
+
+
+def _plain(
+    req: DeletionRequest,
+    status: Literal["rejected", "duplicate"],
+    reason: str,
+    version: int,
+    now: datetime,
+) -> DeletionReceipt:
+    return DeletionReceipt(
+        request_id=req.request_id,
+        status=status,
+        reason=reason,
+        model_version=version,
+        applied_at=now,
+    )
+
+
+def receipt(
+    req: DeletionRequest,
+    reason: str | None,
+    fed: Federation,
+    report: RemovalReport | None,
+    applied_at: datetime,
+) -> DeletionReceipt:
+    """The receipt of one validated request: rejected with ``reason``, or applied."""
+    head = fed.head
+    return DeletionReceipt(
+        request_id=req.request_id,
+        status="rejected" if reason else "applied",
+        reason=reason,
+        model_version=head.model_version,
+        residual=None if reason or report is None else report.charged,
+        epsilon_spent=None if reason else head.epsilon_spent,
+        accounting=None if reason else head.config.accounting,
+        delta=None if reason else head.config.delta,
+        applied_at=applied_at,
+    )
+
+
+def _event(
+    fed: Federation,
+    run: RunState,
+    requests: Sequence[DeletionRequest],
+    receipts: Sequence[DeletionReceipt | None],
+    removed: Sequence[int],
+    report: RemovalReport | None,
+    tick: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The ``deletion_batch`` record (``requests`` counts the requests answered now)."""
+    answered = [(req, r) for req, r in zip(requests, receipts, strict=True) if r is not None]
+    head = fed.head
+    event: dict[str, Any] = {
+        "event": "deletion_batch",
+        "batch": run.batches,
+        "tick": tick,
+        "phase": fed.scenario.stream.phase_at(tick).name,
+        "requests": len(answered),
+        "applied": sum(r.status == "applied" for _, r in answered),
+        "rejected": sum(r.status == "rejected" for _, r in answered),
+        "duplicates": sum(r.status == "duplicate" for _, r in answered),
+        "held": sum(r is None for r in receipts),
+        "withdrawn_clients": sorted(
+            req.client_id for req, _ in answered if req.client_id is not None
+        ),
+        "samples": len(removed),
+        "removed_total": len(run.forgotten),
+        "latency_seconds": [(now - req.requested_at).total_seconds() for req, _ in answered],
+        "model_version": head.model_version,
+        "retained": fed.head_data.retained_count,
+        "clients": {},
+    }
+    if report is not None:
+        routing = fed.head_data.last_routing
+        event["clients"] = {str(k): v for k, v in sorted(routing.items())}
+        event.update(removal_fields(report), model_version=report.model_version)
+        event["timings"] = dict(report.timings)
+        event["certificate"] = certificate_section(fed, report)
+        event["decorrelation"] = weight_reports(fed, sorted(routing))
+    return event
+
+
+def _failure_fields(fed: Federation, failures: Mapping[int, str]) -> dict[str, Any]:
+    """What a client-failure retrain adds to the batch's event."""
+    head = fed.head
+    return {
+        "client_failures": {str(c): r for c, r in sorted(failures.items())},
+        "excluded_clients": sorted(fed.excluded),
+        "retrained": True,
+        "retrain_reason": "client_failed",
+        "model_version": head.model_version,
+        "retained": fed.head_data.retained_count,
+        "epsilon_spent": head.epsilon_spent,
+        "cumulative_residual": head.cumulative_residual,
+        "budget_used_ratio": head.cumulative_residual / head.budget,
+    }

@@ -1,0 +1,184 @@
+"""The one output contract of a run, whatever ``--stream`` and ``--transport``.
+
+:class:`RunRecorder` writes every run's folder the same way (:mod:`.outputs` lists the files):
+``resolved_scenario.yaml``, ``events.jsonl`` (start, every deletion batch, end),
+``receipts.jsonl``, ``metrics.json`` (the end event), ``summary.md``, the PNG plots, and
+``head.npz`` / ``clients.json`` (:mod:`.artifacts`). Every event also goes to the ``on_event``
+callbacks (e.g. the Prometheus exporter). A Kafka consumer that restarts on the same folder
+appends (``resume=True``): the earlier sessions' batches stay in the log and in the summary.
+Sources add their own summary rows as an extra section (``extra_rows``), never another report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.runner.artifacts import write_artifacts
+from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
+from simulator.runner.pipeline import BatchOutcome
+from simulator.runner.run_state import RunState
+from simulator.runner.scoring import evaluate
+from simulator.runner.setup import Federation
+from simulator.scenario import scenario_to_yaml
+
+EventCallback = Callable[[dict[str, Any], Federation], None]
+
+
+class RunRecorder:
+    """Writes one run's folder and feeds the callbacks (module docstring).
+
+    Parameters
+    ----------
+    folder : the run folder (created).
+    on_event : callbacks receiving every event record with the federation.
+    resume : append to an existing log (a restarted consumer) instead of starting it afresh.
+    plots : write the PNG plots at the end.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        on_event: Sequence[EventCallback] = (),
+        resume: bool = False,
+        plots: bool = True,
+    ) -> None:
+        self.folder = Path(folder)
+        self.on_event = list(on_event)
+        self.plots = plots
+        self.batches: list[dict[str, Any]] = _earlier_batches(self.folder) if resume else []
+        self.writer = RunWriter(self.folder, append=resume)
+        self.start_event: dict[str, Any] = {}
+        self.wall = time.perf_counter()
+
+    def emit(self, event: dict[str, Any], fed: Federation, *, persist: bool = True) -> None:
+        """Log ``event`` (with ``persist``) and pass it to the callbacks."""
+        if persist:
+            self.writer.event(event)
+        for cb in self.on_event:
+            cb(event, fed)
+
+    def start(self, fed: Federation) -> dict[str, Any]:
+        """Write the resolved scenario and the ``start`` event (the model before deleting)."""
+        self.writer.text("resolved_scenario.yaml", scenario_to_yaml(fed.scenario))
+        self.start_event = start_event(fed)
+        self.emit(self.start_event, fed)
+        return self.start_event
+
+    def batch(self, outcome: BatchOutcome, fed: Federation) -> None:
+        """Log one batch's event and receipts."""
+        self.writer.receipts(outcome.answered)
+        self.batches.append(outcome.event)
+        self.emit(outcome.event, fed)
+
+    def finish(
+        self, fed: Federation, run: RunState, *, extra: dict[str, Any] | None = None,
+        extra_rows: Sequence[tuple[str, str]] = (),
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:  # fmt: skip
+        """Write the end event, ``metrics.json``, ``summary.md``, plots and artifacts.
+
+        ``extra``: source-specific keys of the end event (e.g. ``kafka`` totals);
+        ``extra_rows``: their summary rows, shown as a section after the common ones.
+        Returns the end event and every summary row.
+        """
+        end = end_event(fed, run, time.perf_counter() - self.wall)
+        if extra:
+            end.update(extra)
+        self.emit(end, fed)
+        write_artifacts(self.folder, fed)
+        rows = summary_rows(self.start_event or {"metrics": {}}, self.batches, end)
+        rows += list(extra_rows)
+        self.writer.json("metrics.json", end)
+        self.writer.text("summary.md", f"# {fed.scenario.name}\n\n" + markdown_table(rows))
+        if self.plots and self.batches:
+            plot_run(self.folder, self.batches, fed.scenario.name)
+        return end, rows
+
+    def close(self) -> None:
+        """Close the logs."""
+        self.writer.close()
+
+
+def _earlier_batches(folder: Path) -> list[dict[str, Any]]:
+    """The deletion batches an earlier session logged in ``folder``."""
+    path = folder / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a crash: the rest is intact
+            continue
+        if isinstance(record, dict) and record.get("event") == "deletion_batch":
+            out.append(record)
+    return out
+
+
+def start_event(fed: Federation) -> dict[str, Any]:
+    """The ``start`` record: the trained federation before its first deletion."""
+    head = fed.head
+    weights = {
+        str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
+    }
+    return {
+        "event": "start",
+        "scenario": fed.scenario.name,
+        "seed": fed.scenario.seed,
+        "method": fed.scenario.method,
+        "train_rows": int(fed.dataset.y_train.size),
+        "public_rows": int(fed.public_indices.size),
+        "clients": {str(c): len(s) for c, s in enumerate(fed.client_indices)},
+        "num_classes": fed.dataset.num_classes,
+        "feature_dim": int(fed.train_features.shape[1]),
+        "extractor_round_losses": list(fed.featurizer.round_losses),
+        "extractor_certified": fed.extractor_certified,
+        "head_newton_iterations": head.last_fit_iterations,
+        "training_residual": head.cumulative_residual,
+        "budget": head.budget,
+        "accounting": head.config.accounting,
+        "epsilon_target": fed.scenario.head.epsilon,
+        "delta": head.config.delta,
+        "requests": len(fed.requests),
+        "decorrelation_weights": weights,
+        "metrics": evaluate(fed, 0, []),
+    }
+
+
+def end_event(fed: Federation, run: RunState, wall: float) -> dict[str, Any]:
+    """The ``end`` record: totals of the run and the final head's utility."""
+    head = fed.head
+    return {
+        "event": "end",
+        "method": fed.scenario.method,
+        "clients": len(fed.clients),
+        "train_rows": int(fed.dataset.y_train.size),
+        "requests": sum(run.answered.values()),
+        "requests_applied": run.count("applied"),
+        "requests_rejected": run.count("rejected"),
+        "requests_duplicate": run.count("duplicate"),
+        "batches": run.batches,
+        "removed_total": len(run.forgotten),
+        "retained": fed.head_data.retained_count,
+        "retrains_budget": run.retrains.get("budget", 0),
+        "retrains_method": run.retrains.get("method", 0),
+        "retrains_client_failed": run.retrains.get("client_failed", 0),
+        "accounting": head.config.accounting,
+        "epsilon_spent": head.epsilon_spent,
+        "epsilon_target": fed.scenario.head.epsilon,
+        "delta": fed.scenario.head.delta,
+        "budget": head.budget,
+        "budget_used_ratio": head.cumulative_residual / head.budget,
+        "model_version": head.model_version,
+        "excluded_clients": {str(c): r for c, r in sorted(fed.excluded.items())},
+        "extractor_certified": fed.extractor_certified,
+        "decorrelation_weights": {
+            str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
+        },
+        "metrics": evaluate(fed, run.last_tick, run.forgotten),
+        "wall_seconds": wall,
+    }
