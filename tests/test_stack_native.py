@@ -43,6 +43,44 @@ def stack(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: Grafana's built-in variables, as a range query over the run needs them.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "30m", "$__interval": "15s"}
+
+
+def panels() -> list[tuple[str, list[str]]]:
+    """(title, PromQL expressions) of every panel of the shipped dashboards."""
+    out = []
+    for path in sorted((ROOT / "docker/grafana/dashboards").glob("*.json")):
+        stack = list(json.loads(path.read_text())["panels"])
+        while stack:
+            panel = stack.pop(0)
+            stack += panel.get("panels", [])
+            exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
+            if exprs:
+                out.append((f"{path.stem}: {panel.get('title')}", exprs))
+    return out
+
+
+def empty_panels(prom: str, since: float) -> list[str]:
+    """Titles of the panels none of whose queries returned a sample during the run."""
+    import time
+
+    empty = []
+    for title, exprs in panels():
+        found = False
+        for expr in exprs:
+            for var, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(var, value)
+            data = api(
+                prom, "/api/v1/query_range", query=expr, start=str(since - 60),
+                end=str(time.time()), step="5",
+            )  # fmt: skip
+            found = found or any(series["values"] for series in data["result"])
+        if not found:
+            empty.append(title)
+    return empty
+
+
 def test_stack_up_answers_every_request_and_down_leaves_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "stack"
     family: set[int] = set()
@@ -78,6 +116,10 @@ def test_stack_up_answers_every_request_and_down_leaves_nothing(tmp_path: Path) 
             query="sum(max_over_time(unlearn_deletion_requests_total[30m]))",
         )
         assert float(answered["result"][0]["value"][1]) == len(requests)
+
+        # every Grafana panel has data (the compose stack's dashboard shows every row)
+        empty = empty_panels(prom, float(state["started_at"]))
+        assert not empty, f"panels without data: {empty}"
 
         leaders = [int(e["pid"]) for e in services.values()]
         family = descendants(leaders) | set(leaders)
