@@ -19,7 +19,7 @@ from rich.console import Console
 from simulator.errors import UnlearnSimError
 
 #: Modules under ``server.commands`` that register subcommands, in help order.
-COMMANDS = ("run", "validate", "produce", "broker", "compare", "stack", "supernode")
+COMMANDS = ("run", "validate", "produce", "broker", "compare", "runs", "stack", "supernode")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
     try:
         return int(args.handler(args, Console()))
     except UnlearnSimError as exc:

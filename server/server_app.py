@@ -32,6 +32,7 @@ from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
 from simulator.runner import RunResult, run_scenario
+from simulator.runner.run_folder import new_run_folder
 from simulator.scenario import Scenario, load_scenario
 
 TRANSPORT_FILE = "transport.json"
@@ -181,7 +182,7 @@ def main(grid: Grid, context: Context) -> None:
             grid,
             scenario,
             config.fleet,
-            output_dir=config.output_dir or scenario.output_dir,
+            output_dir=config.output_dir or new_run_folder(scenario.output_dir),
             transport=engine_name(grid) if config.transport == "auto" else config.transport,
             console=console,
             on_event=exporters,

@@ -10,6 +10,7 @@ same micro-batches applied by a process that never crashed.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -39,7 +40,7 @@ def consume(bootstrap: str, folder: Path) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "server.cli", "run", str(QUICKSTART), *overrides,
         "--stream", "kafka", "--bootstrap", bootstrap,
-        "--output", str(folder), "--state-dir", str(folder / "state"),
+        "--output", str(folder / "run"), "--state-dir", str(folder / "state"),
         "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "3",
     ]  # fmt: skip
     log = (folder / "consumer.log").open("ab")
@@ -47,7 +48,7 @@ def consume(bootstrap: str, folder: Path) -> subprocess.Popen[bytes]:
 
 
 def batches_done(folder: Path) -> int:
-    path = folder / "events.jsonl"
+    path = folder / "run" / "events.jsonl"
     if not path.exists():
         return 0
     return sum('"deletion_batch"' in line for line in path.read_text().splitlines())
@@ -77,6 +78,8 @@ def test_sigkill_mid_stream_then_restart(broker: LocalBroker, tmp_path: Path) ->
     second = consume(broker.bootstrap, tmp_path)
     assert second.wait(timeout=300) == 0, (tmp_path / "consumer.log").read_text()[-3000:]
     assert "resumed from checkpoint" in (tmp_path / "consumer.log").read_text()
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "completed" and manifest["sessions"][0]["status"] == "crashed"
 
     # every request: exactly one applied/rejected receipt, and nothing else
     receipts = read_receipts(broker.bootstrap, topics)

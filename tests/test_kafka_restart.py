@@ -40,7 +40,7 @@ def run_consumer(bootstrap: str, folder: Path) -> tuple[subprocess.Popen[str], f
     command = [
         sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
         *[a for o in SMALL for a in ("--set", o)],
-        "--stream", "kafka", "--bootstrap", bootstrap, "--output", str(folder),
+        "--stream", "kafka", "--bootstrap", bootstrap, "--output", str(folder / "run"),
         "--state-dir", str(folder / "state"), "--max-batch-requests", str(BATCH),
         "--max-wait", "0.2", "--idle-timeout", "2",
     ]  # fmt: skip
@@ -79,16 +79,19 @@ def test_a_restart_reloads_the_federation_and_resumes_where_it_stopped(
     out = finish(second)
     assert "federation reloaded" in out
     assert seconds < 30, f"restart to ready took {seconds:.1f} s"  # ~2-4 s here; see bench
-    summary = json.loads((tmp_path / "metrics.json").read_text())["kafka"]
+    summary = json.loads((tmp_path / "run" / "metrics.json").read_text())["kafka"]
     assert summary["records"] == len(requests) and summary["sessions"] == 2
     assert summary["session"]["records"] == len(requests) - 40
     starts = [
         json.loads(line)
-        for line in (tmp_path / "events.jsonl").read_text().splitlines()
+        for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
         if '"consumer_start"' in line
     ]
     assert [s["resumed"] for s in starts] == [False, True]
     assert starts[1]["process_seconds"] < seconds + 1
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())  # one run, two sessions
+    assert manifest["status"] == "completed" and manifest["sessions"][0]["status"] == "completed"
+    assert manifest["kafka_state_dir"] == str((tmp_path / "state").resolve())
 
     # the same micro-batches in one process give the same head, bit for bit
     fed = load_federation(tmp_path / "state", as_kafka_source(sc))

@@ -100,10 +100,14 @@ def test_plots_and_summary_show_ours_vs_retrained(run: tuple[Path, list[dict[str
     for name in ("mia.png", "drift.png"):
         assert (folder / name).stat().st_size > 10_000, name
     summary = (folder / "summary.md").read_text()
-    assert "MIA AUC loss (end; ours / retrained at 20 removals)" in summary
-    assert "MIA efficacy" in summary and "feature MMD^2 test_vs_reference" in summary
-    rows = [line for line in summary.splitlines() if line.startswith("| ")]
-    assert all(line.count("|") == 3 for line in rows)  # values never break the table
+    mia = summary.split("## Membership inference")[1]
+    assert "| metric | ours (end, " in mia and "| retrained from scratch at 20 removals |" in mia
+    loss = next(line for line in mia.splitlines() if line.startswith("| AUC loss |"))
+    assert loss.count("|") == 5  # one value per cell: ours (end), ours and retrained at 20
+    assert "| MIA efficacy |" in mia and "feature MMD^2 test_vs_reference" in summary
+    main_table = summary.split("| metric | value |")[1].split("\n\n")[0]
+    rows = [line for line in main_table.splitlines() if line.startswith("| ")]
+    assert rows and all(line.count("|") == 3 for line in rows)  # values never break the table
 
 
 def test_metrics_can_be_turned_off(tmp_path: Path) -> None:

@@ -1,8 +1,18 @@
-"""``unlearnsim run SCENARIO``: run a scenario end to end (in-process or over Flower)."""
+"""``unlearnsim run SCENARIO``: run a scenario end to end (in-process or over Flower).
+
+Every source and transport gets its folder and ``run.json`` here
+(:mod:`simulator.runner.run_folder`): without ``--output`` a new
+``<output_dir>/<timestamp>-<id>/`` (``latest`` points at it; a Kafka consumer whose
+``latest`` folder holds its checkpoint resumes there); with ``--output DIR`` that folder if
+empty, cleared with ``--overwrite``, or kept when a Kafka consumer resumes its own checkpoint
+in it. SIGINT/SIGTERM end the run with the outputs marked interrupted and exit code 130, never
+a traceback (:mod:`simulator.runner.interrupt`).
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -28,7 +38,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a scenario YAML end to end")
     p.add_argument("scenario", help="path to a scenario YAML")
     add_overrides(p)
-    p.add_argument("--output", help="output folder (default: the scenario's output_dir)")
+    p.add_argument(
+        "--output",
+        help="output folder, used as given and refused if not empty (default: a new "
+        "<timestamp>-<id> folder under the scenario's output_dir, with a 'latest' link)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="clear a non-empty --output folder first"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_metrics_options(p)
@@ -38,27 +55,86 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from simulator.runner.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
+    from simulator.runner.run_folder import tracked
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
+    folder, extra = run_folder(args, scenario)
+    args.output = str(folder)
+    try:
+        with (
+            sigterm_as_interrupt(),
+            tracked(folder, getattr(args, "argv", None), scenario=scenario.name, **extra),
+        ):
+            return _run(args, scenario, console)
+    except KeyboardInterrupt:
+        console.print(
+            f"[bold yellow]interrupted[/] before the deletion stream finished a batch; "
+            f"status in {folder / 'run.json'}",
+            highlight=False,
+        )
+        return EXIT_INTERRUPTED
+
+
+def run_folder(args: argparse.Namespace, scenario: Any) -> tuple[Path, dict[str, Any]]:
+    """The run's folder (module docstring) and extra ``run.json`` keys (the Kafka state dir)."""
+    from simulator.runner.run_folder import claim_folder, latest_folder, new_run_folder
+
+    kafka = uses_kafka(args, scenario)
+    resumable = kafka and scenario.transport == "inprocess"
+    given_state = Path(args.state_dir).resolve() if getattr(args, "state_dir", None) else None
+
+    def state_of(folder: Path) -> Path:
+        return given_state or (folder / "kafka-state").resolve()
+
+    if args.output:
+        folder = Path(args.output)
+        resume = resumable and _owns_checkpoint(folder, state_of(folder))
+        claim_folder(folder, overwrite=args.overwrite, resume=resume)
+    else:
+        latest = latest_folder(scenario.output_dir) if resumable else None
+        if latest is not None and _owns_checkpoint(latest, state_of(latest)):
+            folder = latest  # the consumer resumes its checkpoint and appends to its folder
+        else:
+            folder = new_run_folder(scenario.output_dir)
+    return folder, ({"kafka_state_dir": str(state_of(folder))} if kafka else {})
+
+
+def _owns_checkpoint(folder: Path, state: Path) -> bool:
+    """``state`` holds a consumer checkpoint that belongs to ``folder`` (inside it, or the
+    state folder its ``run.json`` records)."""
+    from server.kafka.checkpoint import NAME
+    from server.kafka.restart import NAME as FEDERATION
+    from simulator.runner.run_folder import read_manifest
+
+    if not ((state / NAME).exists() or (state / FEDERATION).exists()):
+        return False
+    inside = state.is_relative_to(folder.resolve())
+    return inside or read_manifest(folder).get("kafka_state_dir") == str(state)
+
+
+def _run(args: argparse.Namespace, scenario: Any, console: Console) -> int:
+    from simulator.runner.interrupt import EXIT_INTERRUPTED
+
     if scenario.transport == "flower-deploy":  # metrics are served by the ServerApp
         from server.flower.launch import run_flower
 
-        run_flower(scenario, args, console)
-        return 0
+        result = run_flower(scenario, args, console)
+        return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
     with metrics_session(args, console) as callbacks:
         if scenario.transport != "inprocess":
             from server.flower.launch import run_flower
 
-            run_flower(scenario, args, console, callbacks)
-            return 0
+            result = run_flower(scenario, args, console, callbacks)
+            return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
         if uses_kafka(args, scenario):
             from server.kafka.cli import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
         from simulator.runner import run_scenario
 
-        run_scenario(
+        result = run_scenario(
             scenario,
             output_dir=args.output,
             console=console,
@@ -66,4 +142,4 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             plots=not args.no_plots,
             on_event=callbacks,
         )
-    return 0
+    return EXIT_INTERRUPTED if result.final.get("interrupted") else 0

@@ -106,11 +106,12 @@ def run_deployed(
             f"run {run_id} completed; its outputs are in {folder} on the SuperLink's machine"
         )
         return RunResult(folder, {}, [])
-    from simulator.runner.outputs import read_summary
+    from simulator.runner.outputs import read_summary, read_verdict
     from simulator.runner.run import print_summary
 
     rows = read_summary(folder / "summary.md")  # the table every run prints
-    print_summary(console, f"{scenario.name}: summary", rows, folder)
+    verdict = read_verdict(folder / "summary.md")
+    print_summary(console, f"{scenario.name}: summary", rows, folder, verdict)
     return RunResult(folder, json.loads(metrics.read_text()), rows)
 
 

@@ -118,7 +118,7 @@ def run_kafka(
     on_event: Sequence[EventHook] = (),
 ) -> int:
     """Build (first start) or reload (restart) the in-process federation, consume the requests
-    topic, summarise; exit code 0."""
+    topic, summarise; exit code 0, or 130 when a signal stopped it."""
     from server.kafka.restart import federation_for
 
     out = Path(args.output or scenario.output_dir)
@@ -130,7 +130,7 @@ def run_kafka(
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
         if reloaded:
             console.print(f"federation reloaded from {config.state_dir} (no retraining)")
-        consume(
+        end = consume(
             fed,
             config,
             out,
@@ -139,7 +139,9 @@ def run_kafka(
             ready=ready_file(stream, out),
             plots=not args.no_plots,
         )
-    return 0
+    from simulator.runner.interrupt import EXIT_INTERRUPTED
+
+    return EXIT_INTERRUPTED if end.get("interrupted") else 0
 
 
 def _blas_limit(threads: int | None) -> Any:

@@ -1,23 +1,22 @@
 """One consuming session over a built federation, for every transport.
 
 :func:`consume` runs a :class:`~server.kafka.consumer.DeletionConsumer` until it is idle or
-stopped (SIGTERM/SIGINT finish the current batch first). The run folder is written by the one
-recorder every run uses (:class:`simulator.runner.recorder.RunRecorder`: events.jsonl,
-receipts.jsonl, metrics.json, summary.md, plots), appended to by a restarted consumer, and the
-summary is the one every run prints, with the consumer's counters as an extra section
-(``kafka`` in metrics.json: totals over every session on the state folder, and this session's
-own counts and times under ``session``). A ready file (default ``STATE_DIR/ready``) exists
-while the consumer is ready (:class:`server.health.Health`). ``unlearnsim run --stream kafka``
-calls it with an in-process federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it
-with a federation whose clients are SuperNodes (:mod:`server.server_app`).
+stopped: SIGTERM/SIGINT finish the current batch first and the outputs are marked interrupted
+(:mod:`simulator.runner.interrupt`, the same behaviour as a scenario stream; exit code 130).
+The run folder is written by the one recorder every run uses
+(:class:`simulator.runner.recorder.RunRecorder`: events.jsonl, receipts.jsonl, metrics.json,
+summary.md, plots), appended to by a restarted consumer, and the summary is the one every run
+prints, with the consumer's counters as an extra section (``kafka`` in metrics.json: totals
+over every session on the state folder, and this session's own counts and times under
+``session``). A ready file (default ``STATE_DIR/ready``) exists while the consumer is ready
+(:class:`server.health.Health`). ``unlearnsim run --stream kafka`` calls it with an in-process
+federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it with a federation whose
+clients are SuperNodes (:mod:`server.server_app`).
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from rich.console import Console
 
 from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
+from simulator.runner.interrupt import graceful_stop
 from simulator.runner.recorder import RunRecorder
 from simulator.runner.setup import Federation
 
@@ -68,7 +68,7 @@ def consume(
     (default ``STATE_DIR/ready``).
     """
     from server.kafka.checkpoint import NAME
-    from simulator.runner.run import print_summary
+    from simulator.runner.run import print_summary, verdict_lines
 
     health = Health(ready_file=ready or config.state_dir / "ready")
     resume = (config.state_dir / NAME).exists()
@@ -79,15 +79,23 @@ def consume(
     )  # fmt: skip
     try:
         recorder.start(fed)
-        with _stop_on_signals(consumer):
+        with graceful_stop(consumer.stop) as stop:
             summary = consumer.run()
-        end, rows = recorder.finish(
-            fed, consumer.state.run, extra={"kafka": summary}, extra_rows=kafka_rows(summary)
-        )
+            interrupted = None
+            if stop.requested:
+                batch = consumer.state.run.batches
+                interrupted = {"batch": batch, "of": None, "signal": stop.signal_name}
+            end, rows = recorder.finish(
+                fed, consumer.state.run, extra={"kafka": summary},
+                extra_rows=kafka_rows(summary), interrupted=interrupted,
+            )  # fmt: skip
     finally:
         recorder.close()
         health.close()
-    print_summary(console, f"{fed.scenario.name}: summary (kafka stream)", rows, out)
+    title = f"{fed.scenario.name}: summary (kafka stream)"
+    if end.get("interrupted"):
+        title += f" (interrupted after batch {end['interrupted']['batch']})"
+    print_summary(console, title, rows, out, verdict_lines(recorder), recorder.tables)
     return end
 
 
@@ -102,23 +110,6 @@ def _announce(console: Console, config: ConsumerConfig) -> EventHook:
             )
 
     return hook
-
-
-@contextmanager
-def _stop_on_signals(consumer: DeletionConsumer) -> Iterator[None]:
-    """SIGTERM and SIGINT finish the current batch, then stop (main thread only: the
-    simulation engine runs the ServerApp in a thread, where the engine owns the signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    for s in previous:
-        signal.signal(s, lambda *_: consumer.stop())
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def kafka_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

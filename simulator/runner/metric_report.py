@@ -1,10 +1,11 @@
-"""Summary rows and PNG curves of the privacy and drift metrics, ours vs the retrained head.
+"""Summary rows, a table and PNG curves of the privacy and drift metrics, ours vs retrained.
 
-Reads the ``privacy``, ``drift`` and ``checkpoints`` sections of the deletion-batch events
-(:mod:`simulator.runner.monitoring`); writes ``mia.png`` (AUC of every attack over removed
-samples, the retrained head's value at each checkpoint as markers of the same colour) and
-``drift.png`` (feature MMD^2 p-values, label TV distances, the predicted-label shift of both
-heads, and the detector alarms as vertical lines).
+``mia_table`` puts the attacks side by side (ours at the end, ours and the retrained head at
+the last checkpoint: one value per cell). Reads the ``privacy``, ``drift`` and ``checkpoints``
+sections of the deletion-batch events (:mod:`simulator.runner.monitoring`); writes ``mia.png``
+(AUC of every attack, the retrained head's value at each checkpoint as markers of the same
+colour) and ``drift.png`` (feature MMD^2 p-values, label TV distances, the predicted-label
+shift of both heads, and the detector alarms as vertical lines).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simulator.runner.plot_marks import StreamMarks, batch_x, decorate, stream_marks
+from simulator.runner.verdict import Table
 
 
 def _num(v: Any) -> str:
@@ -29,34 +33,13 @@ def _get(d: dict[str, Any], *path: str) -> Any:
 
 
 def privacy_drift_rows(batches: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(metric, value) rows: last evaluated batch, and ours vs retrained at the last checkpoint."""
+    """(metric, value) rows of the last evaluated batch (drift, alarms, costs); the attacks are
+    a table of their own (:func:`mia_table`)."""
     evaluated = [b for b in batches if "privacy" in b]
     if not evaluated:
         return []
     last = evaluated[-1]
-    at_ref = [b for b in evaluated if b.get("checkpoints")]
-    ref_batch = at_ref[-1] if at_ref else None
-    ref = ref_batch["checkpoints"][-1] if ref_batch else None
     rows: list[tuple[str, str]] = []
-    header = "end" + (f"; ours / retrained at {ref['checkpoint']} removals" if ref else "")
-    for attack in last["privacy"]["attacks"]:
-        value = _num(_get(last, "privacy", "attacks", attack, "auc"))
-        if ref is not None and ref_batch is not None:
-            ours = _num(_get(ref_batch, "privacy", "attacks", attack, "auc"))
-            value += f"; {ours} / {_num(_get(ref, 'privacy', 'attacks', attack, 'auc'))}"
-        rows.append((f"MIA AUC {attack} ({header})", value))
-    if "lira" in last["privacy"]["attacks"]:
-        value = _num(_get(last, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
-        if ref is not None and ref_batch is not None:
-            ours = _num(_get(ref_batch, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
-            theirs = _num(_get(ref, "privacy", "attacks", "lira", "tpr_at_fpr", "0.01"))
-            value += f"; {ours} / {theirs}"
-        rows.append((f"LiRA TPR at 1% FPR ({header})", value))
-    value = _num(_get(last, "privacy", "efficacy"))
-    if ref is not None and ref_batch is not None:
-        value += f"; {_num(_get(ref_batch, 'privacy', 'efficacy'))} / "
-        value += _num(_get(ref, "privacy", "efficacy"))
-    rows.append((f"MIA efficacy ({header})", value))
     samples = last["privacy"]["samples"]
     rows.append(("MIA samples (forget / holdout)", f"{samples['forget']} / {samples['holdout']}"))
     for name, stats in last["drift"]["feature"].items():
@@ -85,14 +68,73 @@ def privacy_drift_rows(batches: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return rows
 
 
+def mia_table(batches: list[dict[str, Any]]) -> Table | None:
+    """Membership inference, one row per attack (AUC), LiRA's TPR at 1% FPR and the MIA
+    efficacy; columns: ours at the end, and ours vs the retrained head at the last checkpoint."""
+    evaluated = [b for b in batches if "privacy" in b]
+    if not evaluated:
+        return None
+    last = evaluated[-1]
+    at_ref = [b for b in evaluated if b.get("checkpoints")]
+    ref_batch = at_ref[-1] if at_ref else None
+    ref = ref_batch["checkpoints"][-1] if ref_batch else None
+    header: tuple[str, ...] = ("metric", f"ours (end, {last['removed_total']} removed)")
+    if ref is not None:
+        n = ref["checkpoint"]
+        header += (f"ours at {n} removals", f"retrained from scratch at {n} removals")
+
+    def row(label: str, *path: str) -> tuple[str, ...]:
+        cells: tuple[str, ...] = (label, _num(_get(last, "privacy", *path)))
+        if ref is not None and ref_batch is not None:
+            cells += (_num(_get(ref_batch, "privacy", *path)), _num(_get(ref, "privacy", *path)))
+        return cells
+
+    rows = [row(f"AUC {a}", "attacks", a, "auc") for a in last["privacy"]["attacks"]]
+    if "lira" in last["privacy"]["attacks"]:
+        rows.append(row("LiRA TPR at 1% FPR", "attacks", "lira", "tpr_at_fpr", "0.01"))
+    rows.append(row("MIA efficacy", "efficacy"))
+    return Table("Membership inference (forget vs holdout)", header, rows)
+
+
+#: Line styles and markers cycled over the series of one plot, so coinciding curves stay visible.
+STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def series_style(i: int) -> dict[str, Any]:
+    """The i-th series' colour, line style, marker (at the measured points) and size: later
+    series are thinner and drawn on top, so identical curves stay distinguishable."""
+    return {
+        "color": f"C{i % 10}",
+        "ls": STYLES[i % len(STYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+        "ms": max(7.0 - 1.0 * i, 3.0),  # earlier series drawn larger: coinciding ones peek out
+        "lw": max(2.6 - 0.4 * i, 1.0),
+        "alpha": 0.85,
+    }
+
+
 def _series(batches: list[dict[str, Any]], *path: str) -> tuple[list[float], list[float]]:
-    pts = [(b["removed_total"], _get(b, *path)) for b in batches]
+    pts = [(batch_x(b, i), _get(b, *path)) for i, b in enumerate(batches)]
     kept = [(x, float(v)) for x, v in pts if isinstance(v, int | float) and math.isfinite(v)]
     return [x for x, _ in kept], [v for _, v in kept]
 
 
-def plot_privacy_drift(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Path]:
-    """``mia.png`` and ``drift.png`` (module docstring); nothing without evaluated batches."""
+def p_value_floor(batches: list[dict[str, Any]]) -> float | None:
+    """The smallest p-value the permutation test can report, ``1 / (permutations + 1)``."""
+    for b in batches:
+        for stats in (_get(b, "drift", "feature") or {}).values():
+            n = stats.get("permutations") if isinstance(stats, dict) else None
+            if isinstance(n, int) and n > 0:
+                return 1.0 / (n + 1)
+    return None
+
+
+def plot_privacy_drift(
+    folder: Path, batches: list[dict[str, Any]], title: str, marks: StreamMarks | None = None
+) -> dict[str, Any]:
+    """``mia.png`` and ``drift.png`` (module docstring); nothing without evaluated batches.
+    Returns the (closed) figures by file name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,56 +142,76 @@ def plot_privacy_drift(folder: Path, batches: list[dict[str, Any]], title: str) 
 
     evaluated = [b for b in batches if "privacy" in b]
     if not evaluated:
-        return []
-    refs = [(b["removed_total"], c) for b in evaluated for c in b.get("checkpoints", [])]
-    paths: list[Path] = []
+        return {}
+    marks = marks or stream_marks(batches)
+    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
+    refs = [(xs.get(id(b), 0.0), c) for b in evaluated for c in b.get("checkpoints", [])]
+    figures: dict[str, Any] = {}
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, attack in enumerate(evaluated[-1]["privacy"]["attacks"]):
-        color = f"C{i}"
-        ax.plot(*_series(evaluated, "privacy", "attacks", attack, "auc"), color=color, label=attack)
-        pts = [(x, _get(c, "privacy", "attacks", attack, "auc")) for x, c in refs]
-        pts = [(x, v) for x, v in pts if v is not None]
+        style = series_style(i)
+        pts = [(xs[id(b)], _get(b, "privacy", "attacks", attack, "auc")) for b in evaluated]
+        pts = [(x, v) for x, v in pts if isinstance(v, int | float)]
         if pts:
-            ax.plot(*zip(*pts, strict=True), "o", color=color, mec="k")
-    ax.axhline(0.5, color="k", lw=0.8, ls="--")
-    ax.set_xlabel("samples removed")
+            ax.plot(*zip(*pts, strict=True), label=attack, **style)
+        ref_pts = [(x, _get(c, "privacy", "attacks", attack, "auc")) for x, c in refs]
+        ref_pts = [(x, v) for x, v in ref_pts if v is not None]
+        if ref_pts:
+            ax.plot(
+                *zip(*ref_pts, strict=True), "*", color=style["color"], mec="k", ms=10,
+                label=f"{attack}: retrained head",
+            )  # fmt: skip
+    ax.axhline(0.5, color="k", lw=0.8, ls="--", label="chance (0.5)")
+    decorate(ax, marks)
     ax.set_ylabel("MIA ROC AUC (forget vs holdout)")
-    ax.set_title(f"{title}: membership inference (dots: retrained head)")
-    ax.legend(fontsize=8)
+    ax.set_title(f"{title}: membership inference (stars: retrained head)", fontsize=10)
+    ax.legend(fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
-    paths.append(_save(fig, folder / "mia.png"))
+    figures["mia.png"] = _save(fig, folder / "mia.png")
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    for name in evaluated[-1]["drift"]["feature"]:
-        top.semilogy(*_series(evaluated, "drift", "feature", name, "p_value"), label=name)
-    top.axhline(0.05, color="k", lw=0.8, ls="--")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for i, name in enumerate(evaluated[-1]["drift"]["feature"]):
+        top.semilogy(
+            *_series(evaluated, "drift", "feature", name, "p_value"), label=name, **series_style(i)
+        )
+    top.axhline(0.05, color="k", lw=0.8, ls="--", label="0.05")
+    floor = p_value_floor(evaluated)
+    if floor is not None:
+        top.axhline(floor, color="tab:gray", lw=1.2, ls=":", label=f"resolution floor {floor:.3g}")
+        top.text(
+            0.01, floor, f" p-value floor 1/(permutations+1) = {floor:.3g}: no smaller value "
+            "can be measured", transform=top.get_yaxis_transform(), fontsize=6, va="bottom",
+            color="tab:gray", gid="floor",
+        )  # fmt: skip
     top.set_ylabel("MMD^2 permutation p-value")
-    top.legend(fontsize=8)
+    top.legend(fontsize=7)
     top.grid(alpha=0.3)
-    for name in evaluated[-1]["drift"]["label"]:
-        bottom.plot(*_series(evaluated, "drift", "label", name, "tv"), label=f"TV {name}")
+    decorate(top, marks)
+    for i, name in enumerate(evaluated[-1]["drift"]["label"]):
+        bottom.plot(
+            *_series(evaluated, "drift", "label", name, "tv"), label=f"TV {name}",
+            **series_style(i),
+        )  # fmt: skip
     pts = [(x, _get(c, "drift", "label", "predicted_test_vs_start", "tv")) for x, c in refs]
     pts = [(x, v) for x, v in pts if v is not None]
     if pts:
-        bottom.plot(*zip(*pts, strict=True), "ko", label="retrained: TV predicted_test_vs_start")
-    for b in evaluated:
-        if b["drift"].get("detections"):
-            bottom.axvline(b["removed_total"], color="r", alpha=0.3)
-            top.axvline(b["removed_total"], color="r", alpha=0.3)
-    bottom.set_xlabel("samples removed")
+        bottom.plot(
+            *zip(*pts, strict=True), "k*", ms=9, label="retrained: TV predicted_test_vs_start"
+        )
+    decorate(bottom, marks, secondary=False, texts=False)
     bottom.set_ylabel("label total variation")
-    bottom.legend(fontsize=7)
+    bottom.legend(fontsize=6)
     bottom.grid(alpha=0.3)
-    top.set_title(f"{title}: drift (red: detector alarms)")
-    paths.append(_save(fig, folder / "drift.png"))
-    return paths
+    top.set_title(f"{title}: drift", fontsize=10)
+    figures["drift.png"] = _save(fig, folder / "drift.png")
+    return figures
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path) -> Any:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return fig

@@ -233,7 +233,12 @@ class RunMonitor:
                 res = mmd_permutation_test(
                     A, B, self.bandwidth, permutations=spec.mmd_permutations, rng=rng
                 )
-                feature[name] = {"mmd2": res.mmd2, "p_value": res.p_value, "sizes": list(res.sizes)}
+                feature[name] = {
+                    "mmd2": res.mmd2,
+                    "p_value": res.p_value,
+                    "permutations": res.permutations,
+                    "sizes": list(res.sizes),
+                }
         label: dict[str, Any] = {}
         for name, (a, b) in {
             "forget_vs_retain": (y[forget], y[retain]),

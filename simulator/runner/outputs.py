@@ -4,7 +4,10 @@
 * ``events.jsonl`` — one JSON object per event (start, trained, every deletion batch, end);
 * ``receipts.jsonl`` — one :class:`~simulator.stream.DeletionReceipt` per request;
 * ``metrics.json`` — final metrics; ``summary.md`` — the summary table;
-* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over removed samples;
+* ``batches.csv`` — one flat row per deletion batch (:mod:`.flat`); ``run.json`` — id, times,
+  status, command, versions, git commit (:mod:`.run_folder`);
+* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over the batch index (samples
+  removed on the top axis; phases, shifts, withdrawals, retrains, alarms marked);
 * ``mia.png``, ``drift.png`` — attack AUCs and drift statistics, ours vs the retrained head
   (:mod:`.metric_report`).
 """
@@ -20,8 +23,42 @@ from typing import Any
 import numpy as np
 
 from simulator.head.config import ACCOUNTING_NOTES
-from simulator.runner.metric_report import plot_privacy_drift, privacy_drift_rows
+from simulator.runner.metric_report import (
+    mia_table,
+    plot_privacy_drift,
+    privacy_drift_rows,
+    series_style,
+)
+from simulator.runner.plot_marks import batch_x, decorate, stream_marks
+from simulator.runner.verdict import Table, Verdict, phase_table
 from simulator.stream import DeletionReceipt
+
+#: Every file the recorder writes (deleted before a fresh run writes a folder again).
+OUTPUT_FILES = (
+    "resolved_scenario.yaml",
+    "events.jsonl",
+    "receipts.jsonl",
+    "metrics.json",
+    "summary.md",
+    "batches.csv",
+    "accuracy.png",
+    "budget.png",
+    "residuals.png",
+    "mia.png",
+    "drift.png",
+    "head.npz",
+    "clients.json",
+)
+
+
+def interrupted_line(interrupted: dict[str, Any]) -> str:
+    """summary.md's first line after a signal: "interrupted at batch k of N (SIGINT) ..."."""
+    of = f" of {interrupted['of']}" if interrupted.get("of") is not None else ""
+    sig = f" ({interrupted['signal']})" if interrupted.get("signal") else ""
+    return (
+        f"**Interrupted at batch {interrupted['batch']}{of}**{sig}: partial run, the outputs "
+        "cover the batches applied before the stop."
+    )
 
 
 def _clean(value: Any) -> Any:
@@ -168,12 +205,58 @@ def weight_rows(weights: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
     return rows
 
 
+def summary_tables(batches: list[dict[str, Any]]) -> list[Table]:
+    """The tables after the main one: phases, membership inference."""
+    tables = [phase_table(batches)] if batches else []
+    mia = mia_table(batches)
+    return tables + ([mia] if mia else [])
+
+
+def render_summary(
+    name: str,
+    verdict: Verdict,
+    rows: list[tuple[str, str]],
+    tables: Sequence[Table] = (),
+    extra_rows: Sequence[tuple[str, str]] = (),
+    interrupted: dict[str, Any] | None = None,
+) -> str:
+    """summary.md: the interrupt line (if any), the title, the certificate verdict, the
+    (metric, value) table, the phase and attack tables, and a source's own section."""
+    parts = [interrupted_line(interrupted)] if interrupted else []
+    parts += [f"# {name}", verdict.markdown().rstrip("\n"), markdown_table(rows).rstrip("\n")]
+    parts += [t.markdown().rstrip("\n") for t in tables]
+    if extra_rows:
+        parts.append("## Source\n\n" + markdown_table(list(extra_rows)).rstrip("\n"))
+    return "\n\n".join(parts) + "\n"
+
+
+def read_verdict(path: Path) -> list[str]:
+    """The verdict of a summary.md: its ``## Certificate`` heading and bullet lines."""
+    out: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## Certificate"):
+            out.append(line[3:])
+        elif out and line.startswith("- "):
+            out.append(line[2:])
+        elif out and line.startswith("|"):
+            break
+    return out
+
+
 def read_summary(path: Path) -> list[tuple[str, str]]:
-    """The (metric, value) rows of a ``summary.md`` written by :func:`markdown_table`."""
+    """The (metric, value) rows of a ``summary.md`` (every table :func:`markdown_table` wrote;
+    the verdict and the other tables: :func:`read_verdict`)."""
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines()[2:]:
+    inside = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() == "| metric | value |":
+            inside = True
+            continue
+        if not line.startswith("|"):
+            inside = False
+            continue
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) == 2 and cells != ["metric", "value"] and not cells[0].startswith("---"):
+        if inside and len(cells) == 2 and not cells[0].startswith("---"):
             rows.append((cells[0], cells[1]))
     return rows
 
@@ -184,26 +267,37 @@ def markdown_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Path]:
-    """PNG curves over cumulative removed samples."""
+def plot_run(
+    folder: Path,
+    batches: list[dict[str, Any]],
+    title: str,
+    shifts: Sequence[tuple[str, int]] = (),
+) -> dict[str, Any]:
+    """PNG curves over the batch index, samples removed on the top axis, with the stream's
+    phases, shifts, withdrawals, retrains and alarms marked (:mod:`.plot_marks`).
+
+    ``shifts``: (label, start tick) of the scenario's shifts. Returns the (closed) figures by
+    file name, so their artists can be inspected.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [b["removed_total"] for b in batches]
-    paths: list[Path] = []
+    marks = stream_marks(batches, shifts)
+    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
+    figures: dict[str, Any] = {}
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for split, style in (("test", "-"), ("ood", "--"), ("retain", ":"), ("forget", "-.")):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, split in enumerate(("test", "ood", "retain", "forget")):
         pts = [
-            (b["removed_total"], b["metrics"][f"accuracy_{split}"])
+            (xs[id(b)], b["metrics"][f"accuracy_{split}"])
             for b in batches
             if f"accuracy_{split}" in b.get("metrics", {})
         ]
         if pts:
-            ax.plot(*zip(*pts, strict=True), style, label=f"{split}")
-    refs = [(b["removed_total"], c) for b in batches for c in b.get("checkpoints", [])]
+            ax.plot(*zip(*pts, strict=True), label=split, **series_style(i))
+    refs = [(xs[id(b)], c) for b in batches for c in b.get("checkpoints", [])]
     for split, marker in (("test", "o"), ("ood", "s")):
         pts = [
             (r, c[f"reference_accuracy_{split}"])
@@ -211,51 +305,56 @@ def plot_run(folder: Path, batches: list[dict[str, Any]], title: str) -> list[Pa
             if f"reference_accuracy_{split}" in c
         ]
         if pts:
-            ax.plot(*zip(*pts, strict=True), marker, color="k", label=f"retrained head ({split})")
-    ax.set_xlabel("samples removed")
+            ax.plot(
+                *zip(*pts, strict=True), marker, color="k", ms=7, mfc="none",
+                label=f"retrained head ({split})",
+            )  # fmt: skip
+    decorate(ax, marks)
     ax.set_ylabel("accuracy")
-    ax.set_title(f"{title}: accuracy")
-    ax.legend(fontsize=8)
+    ax.set_title(f"{title}: accuracy", fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
     ax.grid(alpha=0.3)
-    paths.append(_save(fig, folder / "accuracy.png"))
+    figures["accuracy.png"] = _save(fig, folder / "accuracy.png")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    used = [b.get("budget_used_ratio", np.nan) for b in batches]
-    ax.plot(x, used, label="budget used")
-    for b in batches:
-        if b.get("retrained"):
-            ax.axvline(b["removed_total"], color="r", alpha=0.3)
-    ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xlabel("samples removed")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    pts = [(xs[id(b)], b["budget_used_ratio"]) for b in batches if "budget_used_ratio" in b]
+    if pts:
+        ax.plot(*zip(*pts, strict=True), label="budget used", **series_style(0))
+    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
+    decorate(ax, marks)
     accounting = next((b["accounting"] for b in batches if "accounting" in b), "?")
     ax.set_ylabel("charge since last retrain / budget")
-    ax.set_title(f"{title}: certificate budget, {accounting} accounting (red: retrain)", fontsize=9)
+    ax.set_title(f"{title}: certificate budget, {accounting} accounting", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
-    paths.append(_save(fig, folder / "budget.png"))
+    figures["budget.png"] = _save(fig, folder / "budget.png")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (
-        ("residual_worst", "worst-case bound (step)"),
-        ("residual_data", "data-dependent bound (step, charged by guo)"),
-        ("residual_exact", "exact residual of the head"),
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (key, label) in enumerate(
+        (
+            ("residual_worst", "worst-case bound (step)"),
+            ("residual_data", "data-dependent bound (step, charged by guo)"),
+            ("residual_exact", "exact residual of the head"),
+        )
     ):
-        pts = [(b["removed_total"], b[key]) for b in batches if b.get(key)]
+        pts = [(xs[id(b)], b[key]) for b in batches if b.get(key)]
         if pts:
-            ax.semilogy(*zip(*pts, strict=True), ".", label=label)
-    ax.set_xlabel("samples removed")
+            ax.semilogy(*zip(*pts, strict=True), label=label, **series_style(i))
+    decorate(ax, marks)
     ax.set_ylabel("gradient residual (L2 over the stacked head)")
-    ax.set_title(f"{title}: residual per batch")
-    ax.legend(fontsize=8)
+    ax.set_title(f"{title}: residual per batch", fontsize=10)
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    paths.append(_save(fig, folder / "residuals.png"))
-    paths += plot_privacy_drift(folder, batches, title)
-    return paths
+    figures["residuals.png"] = _save(fig, folder / "residuals.png")
+    figures.update(plot_privacy_drift(folder, batches, title, marks))
+    return figures
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path) -> Any:
+    """Save and close ``fig``; returns it (its artists stay inspectable)."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    return path
+    return fig

@@ -2,11 +2,17 @@
 
 :class:`RunRecorder` writes every run's folder the same way (:mod:`.outputs` lists the files):
 ``resolved_scenario.yaml``, ``events.jsonl`` (start, every deletion batch, end),
-``receipts.jsonl``, ``metrics.json`` (the end event), ``summary.md``, the PNG plots, and
+``receipts.jsonl``, ``metrics.json`` (the end event), ``summary.md``, ``batches.csv`` (one flat
+row per batch, :mod:`.flat`), the PNG plots, and
 ``head.npz`` / ``clients.json`` (:mod:`.artifacts`). Every event also goes to the ``on_event``
 callbacks (e.g. the Prometheus exporter). A Kafka consumer that restarts on the same folder
 appends (``resume=True``): the earlier sessions' batches stay in the log and in the summary.
 Sources add their own summary rows as an extra section (``extra_rows``), never another report.
+
+A fresh recorder (not resuming) deletes any output file an earlier run left in the folder before
+writing, so nothing stale ever sits beside new files. A run stopped by a signal
+(:mod:`.interrupt`) finishes with ``interrupted`` (batch k of N): the end event, ``run.json``
+and the first line of ``summary.md`` say so.
 """
 
 from __future__ import annotations
@@ -18,11 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from simulator.runner.artifacts import write_artifacts
-from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
+from simulator.runner.flat import BATCHES_CSV, write_batches_csv
+from simulator.runner.outputs import (
+    OUTPUT_FILES,
+    RunWriter,
+    plot_run,
+    render_summary,
+    summary_rows,
+    summary_tables,
+)
 from simulator.runner.pipeline import BatchOutcome
+from simulator.runner.run_folder import RunManifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
 from simulator.runner.setup import Federation
+from simulator.runner.verdict import Table, Verdict, certificate_verdict
 from simulator.scenario import scenario_to_yaml
 
 EventCallback = Callable[[dict[str, Any], Federation], None]
@@ -50,9 +66,13 @@ class RunRecorder:
         self.folder = Path(folder)
         self.on_event = list(on_event)
         self.plots = plots
+        if not resume:
+            clear_outputs(self.folder)
         self.batches: list[dict[str, Any]] = _earlier_batches(self.folder) if resume else []
         self.writer = RunWriter(self.folder, append=resume)
         self.start_event: dict[str, Any] = {}
+        self.verdict: Verdict | None = None
+        self.tables: list[Table] = []
         self.wall = time.perf_counter()
 
     def emit(self, event: dict[str, Any], fed: Federation, *, persist: bool = True) -> None:
@@ -78,29 +98,52 @@ class RunRecorder:
     def finish(
         self, fed: Federation, run: RunState, *, extra: dict[str, Any] | None = None,
         extra_rows: Sequence[tuple[str, str]] = (),
+        interrupted: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], list[tuple[str, str]]]:  # fmt: skip
         """Write the end event, ``metrics.json``, ``summary.md``, plots and artifacts.
 
         ``extra``: source-specific keys of the end event (e.g. ``kafka`` totals);
-        ``extra_rows``: their summary rows, shown as a section after the common ones.
-        Returns the end event and every summary row.
+        ``extra_rows``: their summary rows, shown as a section after the common ones;
+        ``interrupted``: ``{"batch": k, "of": N or None, "signal": name}`` when a signal stopped
+        the stream (recorded in the end event, ``run.json`` and summary.md's first line).
+        Returns the end event and every summary row; the certificate verdict and the phase
+        and attack tables are kept as ``verdict`` and ``tables``.
         """
         end = end_event(fed, run, time.perf_counter() - self.wall)
         if extra:
             end.update(extra)
+        if interrupted:
+            end["interrupted"] = interrupted
+            RunManifest(self.folder).update(interrupted=interrupted)
         self.emit(end, fed)
         write_artifacts(self.folder, fed)
-        rows = summary_rows(self.start_event or {"metrics": {}}, self.batches, end)
-        rows += list(extra_rows)
+        start = self.start_event or {"metrics": {}}
+        rows = summary_rows(start, self.batches, end)
+        self.verdict = certificate_verdict(start, self.batches, end)
+        self.tables = summary_tables(self.batches)
+        end["certificate_held"] = self.verdict.held
         self.writer.json("metrics.json", end)
-        self.writer.text("summary.md", f"# {fed.scenario.name}\n\n" + markdown_table(rows))
+        text = render_summary(
+            fed.scenario.name, self.verdict, rows, self.tables, extra_rows, interrupted
+        )
+        self.writer.text("summary.md", text)
+        write_batches_csv(self.folder / BATCHES_CSV, self.batches)
+        rows += list(extra_rows)
         if self.plots and self.batches:
-            plot_run(self.folder, self.batches, fed.scenario.name)
+            shifts = [(f"shift: {s.kind}", s.start) for s in fed.scenario.shifts]
+            plot_run(self.folder, self.batches, fed.scenario.name, shifts)
         return end, rows
 
     def close(self) -> None:
         """Close the logs."""
         self.writer.close()
+
+
+def clear_outputs(folder: Path) -> None:
+    """Delete the output files (:data:`~.outputs.OUTPUT_FILES`) an earlier run left in
+    ``folder``; other files (a Flower server log written before the recorder) are kept."""
+    for name in OUTPUT_FILES:
+        (folder / name).unlink(missing_ok=True)
 
 
 def _earlier_batches(folder: Path) -> list[dict[str, Any]]:

@@ -3,6 +3,9 @@
 The batches of the scenario's generated stream go through the one deletion pipeline
 (:func:`simulator.runner.pipeline.apply_batch`), and the run folder is written by the one
 recorder (:class:`simulator.runner.recorder.RunRecorder`), exactly as for a Kafka stream.
+Without ``output_dir`` the run gets a new folder under the scenario's ``output_dir``
+(:mod:`.run_folder`); SIGINT/SIGTERM finish the current batch and write the outputs marked
+interrupted (:mod:`.interrupt`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.recorder import RunRecorder
 from simulator.runner.result import RunResult
+from simulator.runner.run_folder import new_run_folder, tracked
 from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation, build_federation
 from simulator.runner.transport import ClientTransport
+from simulator.runner.verdict import Table as SummaryTable
 from simulator.scenario import Scenario
 from simulator.stream import batches as stream_batches
 
@@ -43,11 +49,38 @@ def run_scenario(
     (default in-process; see :mod:`.transport`).
     """
     console = console or Console()
-    folder = Path(output_dir or scenario.output_dir)
-    recorder = RunRecorder(folder, on_event=on_event, plots=plots)
+    folder = Path(output_dir) if output_dir is not None else new_run_folder(scenario.output_dir)
+    with tracked(folder, scenario=scenario.name):
+        end, rows, recorder = _play(scenario, folder, console, progress, plots, on_event, transport)
+    title = f"{scenario.name}: summary"
+    if end.get("interrupted"):
+        title += (
+            f" (interrupted at batch {end['interrupted']['batch']} of {end['interrupted']['of']})"
+        )
+    print_summary(console, title, rows, folder, verdict_lines(recorder), recorder.tables)
+    return RunResult(folder, end, rows)
+
+
+def verdict_lines(recorder: RunRecorder) -> list[str]:
+    """The recorder's certificate verdict as lines (headline first)."""
+    v = recorder.verdict
+    return [v.headline, *v.lines] if v else []
+
+
+def _play(
+    scenario: Scenario,
+    folder: Path,
+    console: Console,
+    progress: bool,
+    plots: bool,
+    on_event: Sequence[Callable[[dict[str, Any], Federation], None]],
+    transport: ClientTransport | None,
+) -> tuple[dict[str, Any], list[tuple[str, str]], RunRecorder]:
+    """Build, stream, finish (:func:`run_scenario`'s body inside its ``run.json``)."""
+    with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
+        fed = build_federation(scenario, transport=transport)
+    recorder = RunRecorder(folder, on_event=on_event, plots=plots)  # no empty logs on failure
     try:
-        with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
-            fed = build_federation(scenario, transport=transport)
         recorder.start(fed)
         run = RunState()
         batches = stream_batches(fed.requests, scenario.stream.max_batch_requests)
@@ -59,17 +92,30 @@ def run_scenario(
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
+        done = 0
+        with (
+            Progress(*columns, console=console, disable=not progress, transient=False) as bar,
+            graceful_stop() as stop,
+        ):
             task = bar.add_task("deletion stream", total=len(batches), info="")
             for batch in batches:
                 outcome = apply_batch(fed, run, batch, now=batch[0].requested_at + tick)
                 recorder.batch(outcome, fed)
+                done += 1
                 bar.update(task, advance=1, info=progress_info(outcome.event))
-        end, rows = recorder.finish(fed, run)
+                if stop.requested:
+                    break
+            interrupted = None
+            if stop.requested and done < len(batches):
+                interrupted = {"batch": done, "of": len(batches), "signal": stop.signal_name}
+                console.print(
+                    f"[bold yellow]{stop.signal_name}[/]: stopped after batch {done} of "
+                    f"{len(batches)}; writing the outputs"
+                )
+            end, rows = recorder.finish(fed, run, interrupted=interrupted)
     finally:
         recorder.close()
-    print_summary(console, f"{scenario.name}: summary", rows, folder)
-    return RunResult(folder, end, rows)
+    return end, rows, recorder
 
 
 def progress_info(event: dict[str, Any]) -> str:
@@ -81,13 +127,33 @@ def progress_info(event: dict[str, Any]) -> str:
 
 
 def print_summary(
-    console: Console, title: str, rows: Sequence[tuple[str, str]], folder: Path
+    console: Console,
+    title: str,
+    rows: Sequence[tuple[str, str]],
+    folder: Path,
+    verdict: Sequence[str] = (),
+    tables: Sequence[SummaryTable] = (),
 ) -> None:
-    """The summary table every run prints, whatever its source and transport."""
+    """The summary every run prints, whatever its source and transport: the certificate
+    verdict (headline, then its lines), the (metric, value) table, the phase and attack
+    tables."""
+    if verdict:
+        head, *lines = verdict
+        style = "bold red" if "NOT HELD" in head else "bold green"
+        console.print(f"[{style}]{head}[/]", highlight=False)
+        for line in lines:
+            console.print(f"  - {line}", markup=False, highlight=False)
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in rows:
         table.add_row(k, v, style=None)
     console.print(table)
+    for t in tables:
+        extra = Table(title=t.title)
+        for i, name in enumerate(t.header):
+            extra.add_column(name, justify="left" if i == 0 else "right")
+        for row in t.rows:
+            extra.add_row(*row)
+        console.print(extra)
     console.print(f"outputs in [bold]{folder}[/]")

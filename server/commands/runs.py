@@ -1,0 +1,51 @@
+"""``unlearnsim runs compare DIR DIR... [--output OUT]``: finished runs side by side.
+
+Each DIR is a run folder or a scenario's ``output_dir`` (its ``latest`` run). Prints one table
+(status, certificate verdict, every summary row; one column per run) and writes
+``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
+(:mod:`simulator.runner.runs_compare`) into ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("runs", help="inspect finished run folders")
+    runs = p.add_subparsers(dest="runs_command", required=True)
+    c = runs.add_parser("compare", help="compare run folders side by side (table and plots)")
+    c.add_argument("folders", nargs="+", metavar="DIR", help="run folders (or an output_dir)")
+    c.add_argument(
+        "--output",
+        default="runs/compare",
+        help="folder for compare.md and the overlaid plots (default: runs/compare)",
+    )
+    c.add_argument("--no-plots", action="store_true", help="only the table")
+    c.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from simulator.runner.runs_compare import compare_table, load_run, markdown, plot_compare
+
+    runs = [load_run(f) for f in args.folders]
+    header, rows = compare_table(runs)
+    table = Table(title=f"{len(runs)} runs")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.md").write_text(markdown(header, rows), encoding="utf-8")
+    if not args.no_plots:
+        written = plot_compare(runs, out)
+        console.print(f"plots: {', '.join(sorted(written))}", highlight=False)
+    console.print(f"comparison in [bold]{out}[/]")
+    return 0

@@ -1,0 +1,208 @@
+"""Compare finished run folders side by side (``unlearnsim runs compare DIR DIR...``).
+
+Each folder is a run folder (``metrics.json``, ``summary.md``, ``events.jsonl``, ``run.json``)
+or a scenario's ``output_dir`` holding runs, whose ``latest`` run is taken. :func:`compare_table`
+lines up the runs' summaries (the certificate verdict, then every (metric, value) row in the
+order of their first appearance; a run without the row shows ``-``); :func:`plot_compare`
+overlays their curves over the batch index: test accuracy, budget used, and the membership
+inference AUC of each attack (one colour and marker style per run, so coinciding curves stay
+distinguishable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.runner.flat import Scalar, read_batches
+from simulator.runner.outputs import read_summary, read_verdict
+from simulator.runner.run_folder import latest_folder, read_manifest
+
+#: Line styles and markers cycled over the runs, so identical curves stay visible.
+STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run folder, read back."""
+
+    folder: Path
+    label: str
+    manifest: dict[str, Any]
+    final: dict[str, Any]
+    verdict: list[str]
+    rows: list[tuple[str, str]]
+    batches: list[dict[str, Scalar]]
+
+
+def resolve_run(path: str | Path) -> Path:
+    """``path`` if it is a run folder, else its ``latest`` run (a scenario's output_dir).
+
+    Raises
+    ------
+    InputError
+        Neither a run folder nor a folder with a ``latest`` run.
+    """
+    folder = Path(path)
+    if (folder / "metrics.json").exists() or (folder / "events.jsonl").exists():
+        return folder
+    latest = latest_folder(folder)
+    if latest is not None:
+        return latest
+    raise InputError(f"{folder} is not a run folder (no metrics.json or events.jsonl)")
+
+
+def load_run(path: str | Path) -> RunSummary:
+    """Read a run folder (:func:`resolve_run`)."""
+    folder = resolve_run(path)
+    manifest = read_manifest(folder)
+    try:
+        final = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        final = {}
+    summary = folder / "summary.md"
+    verdict = read_verdict(summary) if summary.exists() else []
+    rows = read_summary(summary) if summary.exists() else []
+    return RunSummary(
+        folder, _label(folder, manifest, final), manifest, final, verdict, rows,
+        read_batches(folder),
+    )  # fmt: skip
+
+
+def _label(folder: Path, manifest: dict[str, Any], final: dict[str, Any]) -> str:
+    name = manifest.get("scenario") or folder.resolve().parent.name
+    method = final.get("method")
+    rid = manifest.get("id") or folder.resolve().name
+    return f"{name}/{method} ({rid})" if method else f"{name} ({rid})"
+
+
+def compare_table(runs: Sequence[RunSummary]) -> tuple[list[str], list[list[str]]]:
+    """Header (``metric``, one label per run) and rows: status, certificate, then every summary
+    row."""
+    labels = _unique([r.label for r in runs])
+    rows: list[list[str]] = [
+        ["folder", *[str(r.folder) for r in runs]],
+        ["status", *[_status(r) for r in runs]],
+        ["certificate", *[r.verdict[0] if r.verdict else "-" for r in runs]],
+    ]
+    keys: dict[str, None] = {}
+    for r in runs:
+        keys.update(dict.fromkeys(k for k, _ in r.rows))
+    for key in keys:
+        rows.append([key, *[dict(r.rows).get(key, "-") for r in runs]])
+    return ["metric", *labels], rows
+
+
+def _status(run: RunSummary) -> str:
+    status = str(run.manifest.get("status", "-"))
+    stopped = run.manifest.get("interrupted")
+    if status == "interrupted" and isinstance(stopped, dict):
+        of = f" of {stopped.get('of')}" if stopped.get("of") is not None else ""
+        status += f" at batch {stopped.get('batch')}{of}"
+    return status
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """The comparison as a Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _points(batches: list[dict[str, Scalar]], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, b in enumerate(batches):
+        v = b.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            x = b.get("batch")
+            xs.append(float(x) if isinstance(x, int | float) else float(i))
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_compare(runs: Sequence[RunSummary], out: Path) -> dict[str, Any]:
+    """Write ``accuracy.png``, ``budget.png`` and ``mia.png`` into ``out``, each run overlaid.
+
+    Returns the figures by file name (closed after saving; their artists stay inspectable).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    labels = _unique([r.label for r in runs])
+    figures: dict[str, Any] = {}
+
+    def style(i: int) -> dict[str, Any]:
+        return {
+            "color": f"C{i % 10}",
+            "ls": STYLES[i % len(STYLES)],
+            "marker": MARKERS[i % len(MARKERS)],
+            "markevery": 0.1,
+            "ms": 4,
+            "lw": 1.4,
+            "alpha": 0.85,
+        }
+
+    for name, key, ylabel in (
+        ("accuracy.png", "metrics.accuracy_test", "test accuracy"),
+        ("budget.png", "budget_used_ratio", "charge since last retrain / budget"),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+            xs, ys = _points(run.batches, key)
+            if xs:
+                ax.plot(xs, ys, label=label, **style(i))
+        if key == "budget_used_ratio":
+            ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
+        ax.set_xlabel("batch")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} by batch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        figures[name] = fig
+
+    attacks: dict[str, None] = {}
+    for run in runs:
+        for b in run.batches:
+            for k in b:
+                if k.startswith("privacy.attacks.") and k.endswith(".auc"):
+                    attacks[k.split(".")[2]] = None
+    if attacks:
+        fig, axes = plt.subplots(
+            len(attacks), 1, figsize=(8, 2.4 * len(attacks)), sharex=True, squeeze=False
+        )
+        for ax, attack in zip(axes[:, 0], attacks, strict=True):
+            for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+                xs, ys = _points(run.batches, f"privacy.attacks.{attack}.auc")
+                if xs:
+                    ax.plot(xs, ys, label=label, **style(i))
+            ax.axhline(0.5, color="k", lw=0.8, ls="--")
+            ax.set_ylabel(f"AUC {attack}")
+            ax.grid(alpha=0.3)
+        axes[0, 0].legend(fontsize=7)
+        axes[0, 0].set_title("membership inference AUC (forget vs holdout) by batch")
+        axes[-1, 0].set_xlabel("batch")
+        fig.tight_layout()
+        fig.savefig(out / "mia.png", dpi=110)
+        plt.close(fig)
+        figures["mia.png"] = fig
+    return figures

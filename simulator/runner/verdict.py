@@ -1,0 +1,220 @@
+"""The certificate verdict and the per-phase table at the top of every run's summary.
+
+:func:`certificate_verdict` reads the deletion-batch events and the end event and says, first,
+whether the guarantee **held**: the accounting's charge since the last retrain never above the
+budget (every batch's ``cumulative_residual`` against its ``budget``), and the released head's
+exact residual against a retrain from scratch within the budget at every reference checkpoint
+where it was measured (``residual_against_cold_fit``). Then under which accounting, the largest
+single charge and what caused it (batch, phase, the withdrawal of client c or the requests and
+samples of the batch), the retrains by reason, and the guarantee ``(epsilon, delta)`` with what
+it covers (the head only, or the extractor too when it was trained on public data).
+
+:func:`phase_table` is one row per stream phase: batches, requests, samples removed, the charge
+(sum of the kept steps' charges, as a share of the budget), the largest single charge,
+retrains and the test accuracy at the end of the phase.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.head.config import ACCOUNTING_NOTES
+
+#: Relative slack when comparing a charge with the budget (floating-point sums).
+SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of a summary (Markdown and console)."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]] = ()
+
+    def markdown(self) -> str:
+        """The table under a ``##`` heading."""
+        lines = [f"## {self.title}", "", "| " + " | ".join(self.header) + " |"]
+        lines.append("|" + "---|" * len(self.header))
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the certificate held, and the lines that explain it."""
+
+    held: bool
+    headline: str
+    lines: list[str]
+
+    def markdown(self) -> str:
+        """``## <headline>`` and one bullet per line."""
+        return f"## {self.headline}\n\n" + "".join(f"- {x}\n" for x in self.lines)
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%" if math.isfinite(v) else "n/a"
+
+
+def cause(batch: dict[str, Any]) -> str:
+    """What a batch removed: the withdrawal of client c, or its requests and samples."""
+    where = f"batch {batch.get('batch', '?')} (phase {batch.get('phase', '?')!r})"
+    withdrawn = batch.get("withdrawn_clients") or []
+    if withdrawn:
+        who = ", ".join(str(c) for c in withdrawn)
+        what = f"withdrawal of client{'s' if len(withdrawn) > 1 else ''} {who}"
+    else:
+        what = f"{batch.get('applied', batch.get('requests', 0))} deletion request(s)"
+    return f"{where}: {what}, {batch.get('samples', 0)} samples"
+
+
+def _charged(b: dict[str, Any]) -> float | None:
+    """The charge a batch kept (none for a retrained batch: the retrain reset the charge)."""
+    v = b.get("charged")
+    if b.get("retrained") or not isinstance(v, int | float) or not b.get("samples"):
+        return None
+    return float(v)
+
+
+def certificate_verdict(
+    start: dict[str, Any], batches: list[dict[str, Any]], end: dict[str, Any]
+) -> Verdict:
+    """The verdict (module docstring)."""
+    accounting = str(end.get("accounting", start.get("accounting", "?")))
+    eps, delta = end.get("epsilon_target"), end.get("delta")
+    covers = (
+        "the head and the extractor (the extractor was trained on public data only)"
+        if end.get("extractor_certified")
+        else "the linear head only (the extractor was trained on private data: not certified)"
+    )
+    removing = [b for b in batches if b.get("samples")]
+    reasons = Counter(str(b.get("retrain_reason")) for b in removing if b.get("retrained"))
+    if removing and reasons.get("method", 0) == len(removing):
+        lines = [
+            f"every batch retrained the head from scratch ({end.get('method')}): exact "
+            f"unlearning of the head, no certified step to charge ({len(removing)} retrains)",
+            f"covers {covers}",
+        ]
+        return Verdict(True, "Certificate: exact (head retrained per batch)", lines)
+
+    over = [
+        b
+        for b in batches
+        if isinstance(b.get("cumulative_residual"), int | float)
+        and isinstance(b.get("budget"), int | float)
+        and b["cumulative_residual"] > b["budget"] * (1 + SLACK)
+    ]
+    refs = [c for b in batches for c in b.get("checkpoints", [])]
+    checked = [c for c in refs if isinstance(c.get("residual_against_cold_fit"), int | float)]
+    exceeded = [c for c in checked if c["residual_against_cold_fit"] > c["budget"] * (1 + SLACK)]
+    held = not over and not exceeded
+    headline = "Certificate: HELD" if held else "Certificate: NOT HELD"
+    lines = [
+        f"guarantee: ({eps}, {delta:g})-certified removal, covering {covers}"
+        if isinstance(delta, int | float)
+        else f"guarantee: epsilon {eps}, covering {covers}",
+        f"accounting: {accounting} ({ACCOUNTING_NOTES.get(accounting, '?')})",
+    ]
+    if over:
+        worst = max(over, key=lambda b: b["cumulative_residual"] / b["budget"])
+        lines.append(
+            f"charge ABOVE the budget in {len(over)} batch(es); worst "
+            f"{_pct(worst['cumulative_residual'] / worst['budget'])} at {cause(worst)}"
+        )
+    else:
+        used = [
+            b["cumulative_residual"] / b["budget"]
+            for b in batches
+            if isinstance(b.get("cumulative_residual"), int | float) and b.get("budget")
+        ]
+        peak = _pct(max(used)) if used else "n/a"
+        lines.append(f"charge never above the budget (peak {peak} of it between retrains)")
+    if checked:
+        worst_c = max(checked, key=lambda c: c["residual_against_cold_fit"] / c["budget"])
+        state = "EXCEEDED at " + str(len(exceeded)) if exceeded else "within the budget at all"
+        lines.append(
+            f"exact residual vs a retrain from scratch: {state} {len(checked)} reference "
+            f"checkpoint(s) (max {worst_c['residual_against_cold_fit']:.3g} of budget "
+            f"{worst_c['budget']:.3g}, at {worst_c.get('checkpoint')} removals)"
+        )
+    else:
+        lines.append("exact residual vs a retrain from scratch: not measured (no checkpoint)")
+    charges = [(c, b) for b in batches if (c := _charged(b)) is not None]
+    if charges:
+        top, top_batch = max(charges, key=lambda cb: cb[0] / cb[1]["budget"])
+        lines.append(
+            f"largest single charge: {top:.3g} = {_pct(top / top_batch['budget'])} of the "
+            f"budget, {cause(top_batch)}"
+        )
+    else:
+        lines.append("largest single charge: none kept (every removing batch retrained)")
+    forced = [
+        b
+        for b in removing
+        if b.get("retrained")
+        and b.get("retrain_reason") == "budget"
+        and isinstance(b.get("charged"), int | float)
+        and b.get("budget")
+    ]
+    if forced:
+        b = max(forced, key=lambda b: float(b["charged"]) / b["budget"])
+        lines.append(
+            f"largest charge that forced a retrain: {float(b['charged']):.3g} = "
+            f"{_pct(float(b['charged']) / b['budget'])} of the budget, {cause(b)}"
+        )
+    by = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+    lines.append(f"retrains: {sum(reasons.values())} ({by})" if reasons else "retrains: none")
+    if end.get("interrupted"):
+        lines.append(f"covers the {len(batches)} batch(es) applied before the interrupt")
+    return Verdict(held, headline, lines)
+
+
+def phase_table(batches: list[dict[str, Any]]) -> Table:
+    """One row per phase, in stream order (module docstring)."""
+    order: list[str] = []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for b in batches:
+        name = str(b.get("phase", "?"))
+        if name not in groups:
+            order.append(name)
+            groups[name] = []
+        groups[name].append(b)
+    rows = []
+    for name in order:
+        group = groups[name]
+        kept = [(c, b) for b in group if (c := _charged(b)) is not None]
+        ratio = sum(c / b["budget"] for c, b in kept if b.get("budget"))
+        largest = max((c / b["budget"] for c, b in kept if b.get("budget")), default=math.nan)
+        acc = [
+            b["metrics"]["accuracy_test"]
+            for b in group
+            if isinstance(b.get("metrics", {}).get("accuracy_test"), int | float)
+        ]
+        rows.append(
+            (
+                name,
+                str(len(group)),
+                str(sum(int(b.get("requests", 0)) for b in group)),
+                str(sum(int(b.get("samples", 0)) for b in group)),
+                _pct(ratio) if kept else "0%",
+                _pct(largest) if kept else "n/a",
+                str(sum(bool(b.get("retrained")) for b in group if b.get("samples"))),
+                f"{100 * acc[-1]:.2f}%" if acc else "n/a",
+            )
+        )
+    header = (
+        "phase",
+        "batches",
+        "requests",
+        "samples removed",
+        "charge (of budget)",
+        "largest charge",
+        "retrains",
+        "test accuracy (end of phase)",
+    )
+    return Table("Phases", header, rows)

@@ -1,0 +1,93 @@
+"""Comparable outputs (issue 15): the flat ``batches.csv`` every run writes, and
+``unlearnsim runs compare`` (a side-by-side table and overlaid plots)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from test_runner import SCENARIOS, SMALL
+
+from server.cli import main
+from simulator.errors import InputError
+from simulator.runner import run_scenario
+from simulator.runner.flat import flatten
+from simulator.runner.run_folder import new_run_folder
+from simulator.runner.runs_compare import load_run, plot_compare, resolve_run
+from simulator.scenario import load_scenario
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    parent = tmp_path_factory.mktemp("runs")
+    folders = []
+    for method in ("decoremoval", "cr"):
+        scenario = load_scenario(
+            SCENARIOS / "quickstart.yaml",
+            overrides=[*SMALL, f"method={method}", f"output_dir={parent / method}"],
+        )
+        result = run_scenario(scenario, console=Console(quiet=True), progress=False, plots=False)
+        folders.append(result.output_dir)
+    return folders
+
+
+def test_flatten_dots_nested_keys() -> None:
+    flat = flatten(
+        {"event": "deletion_batch", "a": {"b": {"c": 1.5}}, "ids": [3, 4],
+         "checkpoints": [{"x": 1}], "name": "p"}
+    )  # fmt: skip
+    assert flat == {"a.b.c": 1.5, "ids": "3;4", "checkpoints.0.x": 1, "name": "p"}
+
+
+def test_every_run_writes_a_flat_batches_csv(two_runs: list[Path]) -> None:
+    folder = two_runs[0]
+    events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
+    batches = [e for e in events if e["event"] == "deletion_batch"]
+    with (folder / "batches.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(batches)
+    columns = set(rows[0])
+    assert {"batch", "phase", "samples", "removed_total", "budget_used_ratio"} <= columns
+    assert {"privacy.attacks.loss.auc", "metrics.accuracy_test", "timings.total"} <= columns
+    assert "withdrawn_clients" in columns and not any(c.startswith("event") for c in columns)
+    assert [int(r["batch"]) for r in rows] == [b["batch"] for b in batches]
+    last = rows[-1]
+    assert float(last["removed_total"]) == batches[-1]["removed_total"]
+    assert all("{" not in v for r in rows for v in r.values())  # nothing nested left
+
+
+def test_runs_compare_table_and_overlaid_plots(
+    two_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    parent = two_runs[1].parent  # an output_dir: its latest run is taken
+    assert resolve_run(parent) == two_runs[1].resolve()
+    assert main(["runs", "compare", str(two_runs[0]), str(parent), "--output", str(out)]) == 0
+    text = (out / "compare.md").read_text()
+    header = text.splitlines()[0]
+    assert "quickstart/decoremoval" in header and "quickstart/cr" in header
+    assert "| certificate | Certificate: HELD | Certificate: HELD |" in text
+    assert "| status | completed | completed |" in text
+    assert "| method | decoremoval | cr |" in text
+    for name in ("accuracy.png", "budget.png", "mia.png"):
+        assert (out / name).stat().st_size > 5_000, name
+    assert "Certificate: HELD" in capsys.readouterr().out
+
+    figures = plot_compare([load_run(f) for f in two_runs], tmp_path / "again")
+    ax = figures["accuracy.png"].axes[0]
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert len(lines) == 2 and lines[0].get_linestyle() != lines[1].get_linestyle()
+    assert lines[0].get_marker() != lines[1].get_marker()  # coinciding curves stay visible
+    assert ax.get_xlabel() == "batch"
+
+
+def test_runs_compare_refuses_a_folder_without_a_run(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        resolve_run(tmp_path)
+    assert main(["runs", "compare", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    empty = new_run_folder(tmp_path / "p")  # a run folder that never wrote its logs
+    with pytest.raises(InputError):
+        resolve_run(empty)

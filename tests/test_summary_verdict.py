@@ -1,0 +1,94 @@
+"""The certificate verdict and the per-phase table at the top of every summary (issue 15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from test_runner import SCENARIOS, SMALL
+
+from simulator.runner import run_scenario
+from simulator.runner.outputs import read_summary, read_verdict
+from simulator.runner.verdict import certificate_verdict, phase_table
+from simulator.scenario import load_scenario
+
+END = {
+    "accounting": "guo",
+    "epsilon_target": 1.0,
+    "delta": 1e-4,
+    "method": "decoremoval",
+    "extractor_certified": False,
+}
+
+
+def batch(k: int, phase: str, charged: float, cumulative: float, **kw: object) -> dict:
+    b = {
+        "batch": k, "phase": phase, "charged": charged, "cumulative_residual": cumulative,
+        "budget": 2.0, "samples": 10, "requests": 5, "applied": 5, "retrained": False,
+        "withdrawn_clients": [], "metrics": {"accuracy_test": 0.9 - k / 100},
+    }  # fmt: skip
+    b.update(kw)
+    return b
+
+
+def test_verdict_names_the_largest_charge_and_its_cause() -> None:
+    batches = [
+        batch(0, "warmup", 0.1, 0.1),
+        batch(1, "withdrawals", 1.78, 1.88, withdrawn_clients=[3], samples=240, requests=1),
+        batch(2, "withdrawals", 2.5, 0.0, retrained=True, retrain_reason="budget"),
+        batch(3, "tail", 0.2, 0.2, checkpoints=[
+            {"checkpoint": 250, "residual_against_cold_fit": 0.3, "budget": 2.0}
+        ]),
+    ]  # fmt: skip
+    v = certificate_verdict({}, batches, END)
+    assert v.held and v.headline == "Certificate: HELD"
+    text = "\n".join(v.lines)
+    assert "(1.0, 0.0001)-certified removal" in text and "linear head only" in text
+    assert "accounting: guo" in text
+    assert (
+        "largest single charge: 1.78 = 89.0% of the budget, batch 1 (phase 'withdrawals')" in text
+    )
+    assert "withdrawal of client 3, 240 samples" in text
+    assert "retrains: 1 (budget 1)" in text
+    assert "largest charge that forced a retrain: 2.5 = 125.0% of the budget, batch 2" in text
+    assert "within the budget at all 1 reference checkpoint(s)" in text
+
+    phases = phase_table(batches)
+    assert [r[0] for r in phases.rows] == ["warmup", "withdrawals", "tail"]
+    warm, withdrawals, _ = phases.rows
+    assert withdrawals[1:4] == ("2", "6", "250")  # batches, requests, samples
+    assert withdrawals[4] == "89.0%" and withdrawals[6] == "1"  # charge kept, retrains
+    assert warm[7] == "90.00%"  # test accuracy at the end of the phase
+
+
+def test_verdict_not_held_when_a_charge_or_a_checkpoint_exceeds_the_budget() -> None:
+    over = [batch(0, "a", 2.5, 2.5)]
+    v = certificate_verdict({}, over, {**END, "extractor_certified": True})
+    assert not v.held and v.headline == "Certificate: NOT HELD"
+    assert any("ABOVE the budget" in x for x in v.lines)
+    assert any("head and the extractor" in x for x in v.lines)
+    ref = [batch(0, "a", 0.1, 0.1, checkpoints=[
+        {"checkpoint": 10, "residual_against_cold_fit": 3.0, "budget": 2.0}
+    ])]  # fmt: skip
+    v = certificate_verdict({}, ref, END)
+    assert not v.held and any("EXCEEDED" in x for x in v.lines)
+    retrained = [batch(k, "a", 0.0, 0.0, retrained=True, retrain_reason="method") for k in range(3)]
+    v = certificate_verdict({}, retrained, {**END, "method": "retrain_head"})
+    assert v.held and "exact" in v.headline
+
+
+def test_a_real_run_puts_the_verdict_first(tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
+    console = Console(record=True, width=120)
+    run_scenario(scenario, output_dir=tmp_path, console=console, progress=False, plots=False)
+    text = (tmp_path / "summary.md").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# quickstart" and lines[2].startswith("## Certificate: HELD")
+    assert text.index("## Certificate") < text.index("| metric | value |") < text.index("## Phases")
+    verdict = read_verdict(tmp_path / "summary.md")
+    assert verdict[0] == "Certificate: HELD" and any("largest single charge" in x for x in verdict)
+    assert any(x.startswith("retrains: ") for x in verdict)
+    assert any(k == "samples removed" for k, _ in read_summary(tmp_path / "summary.md"))
+    shown = console.export_text()
+    assert "Certificate: HELD" in shown and "largest single charge" in shown
+    assert "Phases" in shown and "Membership inference" in shown
