@@ -86,9 +86,12 @@ def evaluate_batch(fed: Federation, run: RunState, tick: int, event: dict[str, A
         and len(run.forgotten) >= cfg.checkpoints[run.next_checkpoint + len(due)]
     ):
         due.append(cfg.checkpoints[run.next_checkpoint + len(due)])
+    if due and "lira" in cfg.attacks:
+        run.step("LiRA references")
     if due:
         timings["lira_references"] = monitor.refresh_references(run.batches + 1)
     if run.batches % cfg.every == 0 or due:
+        run.step("evaluation")
         t = time.perf_counter()
         event["metrics"] = evaluate(fed, tick, run.forgotten)
         timings["evaluation_utility"] = time.perf_counter() - t
@@ -104,6 +107,7 @@ def evaluate_batch(fed: Federation, run: RunState, tick: int, event: dict[str, A
         stages = ("evaluation_utility", "evaluation_mia", "evaluation_drift")
         timings["evaluation"] = sum(timings.get(k, 0.0) for k in stages)
     if due:
+        run.step(f"reference retrain at {due[-1]} removals")
         t = time.perf_counter()
         ref = reference(fed, tick, monitor=monitor, forgotten=run.forgotten, index=run.batches)
         timings["reference"] = time.perf_counter() - t

@@ -118,6 +118,7 @@ def apply_batch(
     denied = denied or {}
     timings: dict[str, float] = {}
     if run.evaluate and run.monitor is None:  # baselines frozen before the first deletion
+        run.step("evaluation baselines (LiRA references)")
         t = time.perf_counter()
         run.monitor = RunMonitor.start(fed)
         timings["monitor_start"] = time.perf_counter() - t
@@ -135,6 +136,7 @@ def apply_batch(
     failures: dict[int, str] = {}
     removed = ids
     if ids:
+        run.step(f"removal of {len(ids)} samples")
         try:
             report = streaming_method(fed.scenario.method).remove(fed.head, ids)
         except ClientUnavailableError as err:
@@ -162,6 +164,7 @@ def apply_batch(
     if run.evaluate:
         evaluate_batch(fed, run, tick, event)
     run.batches += 1
+    run.step("")
     return BatchOutcome(
         receipts=tuple(receipts),
         removed=tuple(removed),

@@ -16,8 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
@@ -91,13 +100,16 @@ def _play(
             MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
+            RemainingColumn(),
+            TextColumn("[cyan]{task.fields[step]}"),
         )
         done = 0
         with (
             Progress(*columns, console=console, disable=not progress, transient=False) as bar,
             graceful_stop() as stop,
         ):
-            task = bar.add_task("deletion stream", total=len(batches), info="")
+            task = bar.add_task("deletion stream", total=len(batches), info="", step="")
+            run.on_step = lambda name: bar.update(task, step=name)
             for batch in batches:
                 outcome = apply_batch(fed, run, batch, now=batch[0].requested_at + tick)
                 recorder.batch(outcome, fed)
@@ -116,6 +128,18 @@ def _play(
     finally:
         recorder.close()
     return end, rows, recorder
+
+
+class RemainingColumn(ProgressColumn):
+    """``eta H:MM:SS``: the time left at the mean pace so far (the number of batches is
+    known)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._eta = TimeRemainingColumn(elapsed_when_finished=False)
+
+    def render(self, task: Any) -> Text:
+        return Text.assemble(("eta ", "dim"), self._eta.render(task))
 
 
 def progress_info(event: dict[str, Any]) -> str:

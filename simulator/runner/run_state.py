@@ -8,6 +8,7 @@ checkpoint writes it; the evaluation monitor is rebuilt, not saved).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,9 @@ class RunState:
 
     ``evaluate``: run the scenario's evaluation schedule (utility, MIA, drift, references) on
     the batches; off only where a caller measures removal alone (tests, benchmarks).
+    ``on_step``: told the name of each slow sub-step of a batch as it starts (``removal``,
+    ``LiRA references``, ``evaluation``, ``reference retrain at N removals``) and ``""`` when
+    the batch is done, e.g. to show it in a progress bar; never saved.
     """
 
     forgotten: list[int] = field(default_factory=list)
@@ -36,6 +40,12 @@ class RunState:
     retrains: dict[str, int] = field(default_factory=dict)
     evaluate: bool = True
     monitor: RunMonitor | None = field(default=None, repr=False)
+    on_step: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def step(self, name: str) -> None:
+        """Tell ``on_step`` that sub-step ``name`` starts (``""``: the batch is done)."""
+        if self.on_step is not None:
+            self.on_step(name)
 
     def count(self, status: str) -> int:
         """Requests answered with ``status`` so far."""
