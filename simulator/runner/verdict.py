@@ -10,7 +10,8 @@ samples of the batch), the retrains by reason, and the guarantee ``(epsilon, del
 it covers (the head only, or the extractor too when it was trained on public data).
 
 :func:`phase_table` is one row per stream phase: batches, requests, samples removed, the charge
-(sum of the kept steps' charges, as a share of the budget), the largest single charge,
+(sum of the kept steps' charges, as a share of the budget; above 100% when retrains
+reset the charge within the phase), the largest single charge,
 retrains and the test accuracy at the end of the phase.
 """
 
@@ -58,7 +59,15 @@ class Verdict:
 
 
 def _pct(v: float) -> str:
-    return f"{100 * v:.1f}%" if math.isfinite(v) else "n/a"
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v:.3g} times" if v >= 10 else f"{100 * v:.1f}%"
+
+
+def _share(v: float) -> str:
+    """``96.0% of the budget`` or ``1.84e+03 times the budget``."""
+    text = _pct(v)
+    return f"{text} the budget" if text.endswith("times") else f"{text} of the budget"
 
 
 def cause(batch: dict[str, Any]) -> str:
@@ -148,8 +157,8 @@ def certificate_verdict(
     if charges:
         top, top_batch = max(charges, key=lambda cb: cb[0] / cb[1]["budget"])
         lines.append(
-            f"largest single charge: {top:.3g} = {_pct(top / top_batch['budget'])} of the "
-            f"budget, {cause(top_batch)}"
+            f"largest single charge: {top:.3g} = {_share(top / top_batch['budget'])}, "
+            f"{cause(top_batch)}"
         )
     else:
         lines.append("largest single charge: none kept (every removing batch retrained)")
@@ -165,7 +174,7 @@ def certificate_verdict(
         b = max(forced, key=lambda b: float(b["charged"]) / b["budget"])
         lines.append(
             f"largest charge that forced a retrain: {float(b['charged']):.3g} = "
-            f"{_pct(float(b['charged']) / b['budget'])} of the budget, {cause(b)}"
+            f"{_share(float(b['charged']) / b['budget'])}, {cause(b)}"
         )
     by = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
     lines.append(f"retrains: {sum(reasons.values())} ({by})" if reasons else "retrains: none")
@@ -212,7 +221,7 @@ def phase_table(batches: list[dict[str, Any]]) -> Table:
         "batches",
         "requests",
         "samples removed",
-        "charge (of budget)",
+        "charge (sum over the phase, of budget)",
         "largest charge",
         "retrains",
         "test accuracy (end of phase)",

@@ -1,0 +1,53 @@
+"""SIGINT stops a Kafka consumer exactly as it stops a scenario run (issue 15): the current
+batch finishes, the outputs say "interrupted at batch k", exit code 130, no traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, broker, scenario
+
+from server.kafka.broker import LocalBroker
+from server.kafka.producer import replay_requests, scenario_requests
+from server.kafka.topics import Topics
+
+__all__ = ["broker"]
+
+
+def test_sigint_marks_a_kafka_run_interrupted(broker: LocalBroker, tmp_path: Path) -> None:
+    requests = scenario_requests(scenario(SMALL))
+    replay_requests(requests[:48], bootstrap=broker.bootstrap, topics=Topics())
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
+        *[a for o in SMALL for a in ("--set", o)],
+        "--stream", "kafka", "--bootstrap", broker.bootstrap, "--output", str(out),
+        "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "120",
+        "--no-plots",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    events = out / "events.jsonl"
+    deadline = time.monotonic() + 240
+    while not (events.exists() and events.read_text().count('"deletion_batch"') >= 1):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the consumer applied no batch in time"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stdout + stderr
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["interrupted"]["signal"] == "SIGINT"
+    k = info["interrupted"]["batch"]
+    assert k >= 1 and info["interrupted"]["of"] is None  # a topic has no known end
+    first = (out / "summary.md").read_text().splitlines()[0]
+    assert first.startswith(f"**Interrupted at batch {k}**")
+    end = json.loads((out / "metrics.json").read_text())
+    assert end["interrupted"]["batch"] == k and end["batches"] == k
