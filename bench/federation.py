@@ -76,7 +76,7 @@ def run(
 ) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "server.cli", "run", str(SCENARIO), "--transport", transport,
-        "--output", str(folder), "--no-progress", "--no-plots",
+        "--output", str(folder), "--overwrite", "--no-progress", "--no-plots",
     ]  # fmt: skip
     for o in [*overrides(clients), *extra]:
         cmd += ["--set", o]

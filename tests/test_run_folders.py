@@ -150,3 +150,24 @@ def test_a_signal_finishes_the_batch_and_marks_the_outputs(
     end = json.loads((out / "metrics.json").read_text())
     assert end["interrupted"]["batch"] == k and end["batches"] == k
     assert "interrupted at batch" in done.stdout
+
+
+def test_a_signal_while_training_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "server.cli", "run", str(SCENARIOS / "quickstart.yaml"),
+               "--output", str(out), "--no-progress", "--set", "model.rounds=200"]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while read_manifest(out).get("status") != "running":
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "run.json never said running"
+        time.sleep(0.05)
+    time.sleep(1.0)  # into loading and training
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stdout + stderr and "interrupted" in stdout
+    assert read_manifest(out)["status"] == "interrupted"
+    assert not (out / "events.jsonl").exists()  # stopped before the stream: no partial logs

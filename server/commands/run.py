@@ -70,7 +70,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             return _run(args, scenario, console)
     except KeyboardInterrupt:
         console.print(
-            f"[bold yellow]interrupted[/] before the deletion stream finished a batch; "
+            f"[bold yellow]interrupted[/]: the run stopped before its outputs were complete; "
             f"status in {folder / 'run.json'}",
             highlight=False,
         )
