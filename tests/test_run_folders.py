@@ -171,3 +171,37 @@ def test_a_signal_while_training_exits_130_without_a_traceback(tmp_path: Path) -
     assert "Traceback" not in stdout + stderr and "interrupted" in stdout
     assert read_manifest(out)["status"] == "interrupted"
     assert not (out / "events.jsonl").exists()  # stopped before the stream: no partial logs
+
+
+def test_a_kafka_consumer_resumes_in_the_folder_that_holds_its_checkpoint(tmp_path: Path) -> None:
+    import argparse
+
+    from server.commands.run import run_folder
+    from server.kafka.checkpoint import NAME
+    from simulator.scenario import load_scenario
+
+    parent = tmp_path / "runs"
+    sc = load_scenario(SCENARIOS / "quickstart.yaml", overrides=[f"output_dir={parent}"])
+
+    def args(**kw: object) -> argparse.Namespace:
+        base = {"output": None, "overwrite": False, "state_dir": None, "stream": "kafka"}
+        return argparse.Namespace(**{**base, **kw})
+
+    first, extra = run_folder(args(), sc)
+    assert first.parent == parent and extra["kafka_state_dir"] == str(first / "kafka-state")
+    assert run_folder(args(), sc)[0] != first  # no checkpoint yet: a new run folder
+    latest = (parent / LATEST).resolve()
+    (latest / "kafka-state").mkdir()
+    (latest / "kafka-state" / NAME).write_bytes(b"x")
+    assert run_folder(args(), sc)[0] == latest  # resumes in the folder of its checkpoint
+    assert run_folder(args(stream="scenario"), sc)[0] != latest  # a scenario run: new folder
+
+    out = tmp_path / "out"
+    (out / "state").mkdir(parents=True)
+    (out / "state" / NAME).write_bytes(b"x")
+    assert run_folder(args(output=str(out), state_dir=str(out / "state")), sc)[0] == out
+    elsewhere = tmp_path / "elsewhere"  # a checkpoint the folder does not record: refused
+    elsewhere.mkdir()
+    (elsewhere / NAME).write_bytes(b"x")
+    with pytest.raises(Exception, match="not empty"):
+        run_folder(args(output=str(out), state_dir=str(elsewhere)), sc)
