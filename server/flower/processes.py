@@ -177,10 +177,6 @@ class LocalFederation:
             return False
         return any("flwr-serverapp" in cmdline(pid) for pid in descendants([link.pid]))
 
-    def supernode_pid(self, client_id: int) -> int:
-        name = f"supernode-{client_id}"
-        return self.children[name] if self.warm else self.processes[name].pid
-
     def stop(self) -> None:
         """Stop every process this object started (and their descendants)."""
         running = [p.pid for p in self.processes.values() if p.poll() is None]

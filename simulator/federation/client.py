@@ -166,9 +166,6 @@ class FederatedClient:
     def retained_count(self) -> int:
         return self.data.retained_count
 
-    def owns(self, sample_id: int) -> bool:
-        return sample_id in self._local
-
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
         local = [self._local.get(int(i), -1) for i in ids]
         bad = set(self.data.unknown_ids(local))

@@ -38,6 +38,7 @@ from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
+    epsilon_spent,
     removal_gradient_bound,
     stacked_norm,
     worst_case_bound,
@@ -96,7 +97,7 @@ class CertifiedHead:
         self.model_version = 0
         self.retrains = 0
         self.removals = 0
-        self._c = certificate_constant(config.delta)
+        certificate_constant(config.delta)  # refuses a delta outside (0, 1) now
         self._warm_start_ok = False
         self._fit("initial")
 
@@ -119,7 +120,7 @@ class CertifiedHead:
     @property
     def epsilon_spent(self) -> float:
         """``c * charge / sigma``, with ``delta = config.delta``."""
-        return self._c * self._cumulative / self.config.sigma
+        return epsilon_spent(self._cumulative, sigma=self.config.sigma, delta=self.config.delta)
 
     @property
     def budget(self) -> float:

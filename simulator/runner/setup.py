@@ -154,7 +154,7 @@ class Federation:
     @property
     def extractor_certified(self) -> bool:
         """Only an extractor trained on never-deleted public data keeps the certificate."""
-        return self.scenario.model.extractor_data == "public"
+        return self.scenario.model.certified_extractor
 
     # ------------------------------------------------------------- save/load
     def state_dict(self) -> dict[str, Any]:

@@ -147,11 +147,6 @@ class DataSpec(Section):
         return self
 
     @property
-    def is_text(self) -> bool:
-        """Whether the samples are sentences."""
-        return self.source in TEXT_SOURCES
-
-    @property
     def uses_tokens(self) -> bool:
         """Whether the model receives token ids (text source with ``tokens``)."""
         return self.text is not None and self.text.representation == "tokens"
