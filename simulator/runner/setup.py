@@ -19,9 +19,9 @@ from simulator.models import resolve_device
 from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
 from simulator.runner.featurize import Featurizer, LocalRound, in_process_round, train_featurizer
-from simulator.runner.seeds import stage_rng
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
+from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, generate_stream
 
 FloatArray = NDArray[np.float64]
@@ -223,7 +223,7 @@ def load_dataset(scenario: Scenario) -> Dataset:
     text = d.text
     ds = load_source(
         d.source,
-        rng=stage_rng(scenario.seed, "data"),
+        rng=child_rng(scenario.seed, "data"),
         path=d.path,
         label_column=d.label_column,
         classes=d.classes,
@@ -245,7 +245,7 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
     ids = np.arange(n, dtype=np.int64)
     public = np.zeros(0, dtype=np.int64)
     if scenario.model.extractor_data == "public":
-        rng = stage_rng(scenario.seed, "public")
+        rng = child_rng(scenario.seed, "public")
         k = round(scenario.model.public_fraction * n)
         public = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
         ids = np.setdiff1d(ids, public)
@@ -255,7 +255,7 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
         ds.y_train[ids],
         num_clients=p.num_clients,
         kind=p.kind,
-        rng=stage_rng(scenario.seed, "partition"),
+        rng=child_rng(scenario.seed, "partition"),
         alpha=p.alpha,
         features=None if flat is None else np.asarray(flat, dtype=np.float64),
     )
@@ -310,19 +310,19 @@ def build_federation(
     head = CertifiedHead(
         head_data,
         head_config(scenario),
-        rng=stage_rng(scenario.seed, "head"),
+        rng=child_rng(scenario.seed, "head"),
     )
-    eval_sets = build_eval_sets(scenario, ds, featurizer, stage_rng(scenario.seed, "ood"))
+    eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
     labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
     requests = generate_stream(
         scenario.stream,
         client_indices=shards,
         labels=labels,
         scenario_name=scenario.name,
-        rng=stage_rng(scenario.seed, "stream"),
+        rng=child_rng(scenario.seed, "stream"),
     )
     all_client = np.sort(np.concatenate(shards))
-    probe_rng = stage_rng(scenario.seed, "evaluation")
+    probe_rng = child_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))
     data = FederationData(
         scenario,
