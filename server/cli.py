@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from simulator.errors import UnlearnSimError
 
@@ -38,8 +39,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args, Console()))
     except UnlearnSimError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+        return report_error(str(exc))
+    except OSError as exc:  # a file or socket the user named: no traceback for it
+        where = f" ({exc.filename})" if exc.filename else ""
+        return report_error(f"{exc.strerror or exc}{where}")
+
+
+def report_error(message: str) -> int:
+    """Print ``error: <line>`` on stderr for each line of ``message`` (markup in it is text,
+    never styling) and return the exit status of a user error, 2."""
+    console = Console(stderr=True)
+    for line in message.splitlines() or [""]:  # one line per problem
+        console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    return 2
 
 
 if __name__ == "__main__":
