@@ -438,9 +438,10 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
                 6,
                 8,
-                "The last removal's residual: worst-case and data-dependent bounds, exact.",
+                "The last removal's residual: worst-case and data-dependent bounds, exact "
+                "(log scale: they differ by orders of magnitude).",
                 [("unlearn_cr_residual", "{{bound}}", "none")],
-                {},
+                {"log": True},
             ),
             (
                 "Charge since the last retrain vs budget",
@@ -473,7 +474,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 18,
                 8,
                 "Exact residual of the released head on the objective of a retrain from "
-                "scratch (cold-fit weights), at the checkpoints, against the budget.",
+                "scratch (cold-fit weights), at the checkpoints, against the budget (log "
+                "scale: the residual is many orders of magnitude below the budget).",
                 [
                     (
                         "unlearn_cr_residual_against_retrain",
@@ -482,7 +484,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     ),
                     ("unlearn_cr_residual_budget", "budget", "none"),
                 ],
-                {},
+                {"log": True},
             ),
         ],
     ),
@@ -708,9 +710,12 @@ def panel(pid: int, spec: Panel, x: int, y: int) -> dict[str, Any]:
             overrides.append(
                 {"matcher": {"id": "byFrameRefID", "options": ref}, "properties": properties}
             )
-    defaults: dict[str, Any] = {"unit": units[0], **extra}
+    log = bool(extra.get("log"))
+    defaults: dict[str, Any] = {"unit": units[0], **{k: v for k, v in extra.items() if k != "log"}}
     if kind == "timeseries":
         defaults["custom"] = {"axisPlacement": "left", "showPoints": "always", "pointSize": 4}
+        if log:  # values that span orders of magnitude (bounds vs exact residuals)
+            defaults["custom"]["scaleDistribution"] = {"type": "log", "log": 10}
     options: dict[str, Any] = (
         {"legend": {"displayMode": "list", "placement": "bottom"}, "tooltip": {"mode": "multi"}}
         if kind == "timeseries"

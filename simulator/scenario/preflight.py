@@ -247,20 +247,21 @@ def estimate(scenario: Scenario) -> Estimate:
     h = model.feature_dim
     clients = scenario.partition.num_clients
 
+    extractor_key = "model.hidden"
     if scenario.data.uses_tokens and scenario.data.text is not None:
         vocab = scenario.data.text.vocab_size
         params = vocab * model.embed_dim + model.layers * 8 * model.embed_dim**2
         params += model.embed_dim * h
+        extractor_key = "model.embed_dim"
     elif model.backbone == "identity":
         params, h = 0, width
     else:
         widths = [width, *model.hidden, h]
         params = sum(a * b + b for a, b in itertools.pairwise(widths))
-    # rows -> the key that drives the n x d feature matrix: whichever factor is further above
-    # its default
     classes_key = (
         "data.classes" if scenario.data.classes is not None else "data.synthetic.n_classes"
     )
+    # a product term names whichever of its factors is further above its default
     features_key = "rff.dim" if d / 512 >= max(n_train, n_test) / 2000 else rows_key
     terms = [
         Term(f"inputs ({n:,} rows x {width:,} values x 8 B, twice)", rows_key, 16 * n * width),
@@ -277,7 +278,7 @@ def estimate(scenario: Scenario) -> Estimate:
         ),
         Term(
             f"extractor ({params:,} parameters x 4 B, {clients + 2} copies with optimiser state)",
-            "model.hidden",
+            extractor_key,
             16 * params * (clients + 2),
         ),
         Term(
