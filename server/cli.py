@@ -5,12 +5,16 @@ that adds its parser and sets ``handler``; this module only assembles them.
 
     unlearnsim run SCENARIO [--set key.path=value ...] [--output DIR] [--no-progress]
     unlearnsim validate FILE [FILE ...]
+
+User errors (a bad scenario, option, file or port) print one ``error:`` line per problem and
+exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,9 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args, Console()))
-    except UnlearnSimError as exc:
-        return report_error(str(exc))
-    except OSError as exc:  # a file or socket the user named: no traceback for it
+    except (UnlearnSimError, OSError) as exc:
+        if os.environ.get("UNLEARNSIM_TRACEBACK"):  # for debugging: the full traceback
+            raise
+        if isinstance(exc, UnlearnSimError):
+            return report_error(str(exc))
+        # a file or socket the user named: no traceback for it
         where = f" ({exc.filename})" if exc.filename else ""
         return report_error(f"{exc.strerror or exc}{where}")
 
