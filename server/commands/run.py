@@ -38,9 +38,11 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from server.preflight import check_run
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
+    check_run(args, scenario, console)  # data, packages, memory, output, port, broker
     if scenario.transport == "flower-deploy":  # metrics are served by the ServerApp
         from server.flower.launch import run_flower
 
