@@ -54,8 +54,8 @@ from simulator.head.logistic import (
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.threads import all_blas_threads, single_threaded_blas
 from simulator.head.training import TrainResult, retrain_head, statistics_in, train_head
+from simulator.threads import all_blas_threads, single_threaded_blas
 
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
