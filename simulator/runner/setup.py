@@ -160,20 +160,19 @@ class Federation:
     def state_dict(self) -> dict[str, Any]:
         """The mutable state as plain data: the head, every live client, the excluded ones.
 
-        Raises
-        ------
-        ConfigError
-            A client lives in another process (a Flower transport): its state is not here.
+        A client in another process (a Flower transport) is saved as what the server knows of
+        it (its retained rows); such a state is a record, not something to resume from (a
+        Flower run's clients start from their full shards: :meth:`load_state_dict` refuses it).
         """
-        clients = {}
+        clients: dict[str, Any] = {}
         for cid, client in sorted(self.clients.items()):
-            if not isinstance(client, Stateful):
-                raise ConfigError(
-                    f"client {cid} runs elsewhere ({type(client).__name__}): only the in-process "
-                    "transport can save its clients' state",
-                    "transport",
-                )
-            clients[str(cid)] = client.state_dict()
+            if isinstance(client, Stateful):
+                clients[str(cid)] = client.state_dict()
+            else:
+                clients[str(cid)] = {
+                    "remote": type(client).__name__,
+                    "retained_ids": np.asarray(client.retained_ids, dtype=np.int64),
+                }
         return {
             "version": STATE_VERSION,
             "head": self.head.state_dict(),
@@ -199,9 +198,13 @@ class Federation:
         if saved != set(self.clients):
             raise InputError(f"saved clients {sorted(saved)} != live {sorted(self.clients)}")
         for cid, client in self.clients.items():
-            if not isinstance(client, Stateful):
-                raise InputError(f"client {cid} cannot load a saved state")
-            client.load_state_dict(state["clients"][str(cid)])
+            saved_client = state["clients"][str(cid)]
+            if "remote" in saved_client or not isinstance(client, Stateful):
+                raise InputError(
+                    f"client {cid} lives in another process: a saved state of it cannot be "
+                    "restored here (resuming is the in-process transport's)"
+                )
+            client.load_state_dict(saved_client)
         self.head.load_state_dict(state["head"])
 
 
