@@ -42,8 +42,8 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.compare import build_workload
-from simulator.compare.threads import torch_threads
 from simulator.scenario import load_scenario
+from simulator.threads import thread_limits
 from simulator.unlearners import create_unlearner, registered_unlearners
 
 
@@ -119,7 +119,7 @@ def main() -> None:
     started = time.perf_counter()
     workload = build_workload(load_scenario(args.scenario), args.seed)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
-    with torch_threads(1):
+    with thread_limits(torch=1):
         for r in range(args.repeats):
             for name in methods:
                 console.print(f"repeat {r + 1}: timing {name} ...")

@@ -5,16 +5,21 @@ that adds its parser and sets ``handler``; this module only assembles them.
 
     unlearnsim run SCENARIO [--set key.path=value ...] [--output DIR] [--no-progress]
     unlearnsim validate FILE [FILE ...]
+
+User errors (a bad scenario, option, file or port) print one ``error:`` line per problem and
+exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from simulator.errors import UnlearnSimError
 
@@ -38,9 +43,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
     try:
         return int(args.handler(args, Console()))
-    except UnlearnSimError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+    except (UnlearnSimError, OSError) as exc:
+        if os.environ.get("UNLEARNSIM_TRACEBACK"):  # for debugging: the full traceback
+            raise
+        if isinstance(exc, UnlearnSimError):
+            return report_error(str(exc))
+        # a file or socket the user named: no traceback for it
+        where = f" ({exc.filename})" if exc.filename else ""
+        return report_error(f"{exc.strerror or exc}{where}")
+
+
+def report_error(message: str) -> int:
+    """Print ``error: <line>`` on stderr for each line of ``message`` (markup in it is text,
+    never styling) and return the exit status of a user error, 2."""
+    console = Console(stderr=True)
+    for line in message.splitlines() or [""]:  # one line per problem
+        console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The Prometheus exporter: a short run's events, scraped over HTTP, equal the run's numbers.
 
-Also checks that the documented set (``docs/metrics.md``) covers the project's metric notes
-(``shared/notes/metrics.md`` when present) and that every documented name is exported.
+Also checks that the documented set (``docs/metrics.md``) equals the definitions and that every
+documented name is exported (the tests read only files of this repository).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ ALLOWED = {
     "stage": {"setup", "utility", "mia", "drift", "lira_references", "reference"},
     "method": {"decoremoval", "cr", "retrain_head"},
     "version": {"0.1.0"},
+    "model": {"ours", "retrained"},
+    "scenario": {"quickstart"},
 }
 
 
@@ -121,8 +123,13 @@ def test_every_documented_name_is_exported(scraped: tuple[Any, Any, str]) -> Non
 def test_label_values_are_bounded(scraped: tuple[Any, Any, str]) -> None:
     _, _, text = scraped
     for (name, labels), _ in values(text).items():
+        if not name.startswith("unlearn_"):
+            continue  # process_* and python_info: prometheus_client's collectors
         for key, value in labels:
             if key == "le":
+                continue
+            if key == "run_id":  # one per exporter
+                assert re.fullmatch(r"quickstart-\d{8}T\d{6}Z-[0-9a-f]{6}", value), value
                 continue
             if key == "client":
                 assert value == "other" or (value.isdigit() and int(value) < 64), (name, value)
@@ -152,13 +159,27 @@ def test_scraped_values_equal_the_run(scraped: tuple[dict[str, Any], list[Any], 
     assert get("unlearn_cr_budget_used_ratio") == pytest.approx(last["budget_used_ratio"])
     assert get("unlearn_cr_residual", bound="exact") == pytest.approx(last["residual_exact"])
     for attack, s in last["privacy"]["attacks"].items():
-        assert get("unlearn_mia_auc", attack=attack) == pytest.approx(s["auc"])
-        assert get("unlearn_mia_tpr_at_fpr_ratio", attack=attack, fpr="0.001") == pytest.approx(
-            s["tpr_at_fpr"]["0.001"]
-        )
+        assert get("unlearn_mia_auc_ratio", attack=attack, model="ours") == pytest.approx(s["auc"])
+        assert get(
+            "unlearn_mia_tpr_at_fpr_ratio", attack=attack, fpr="0.001", model="ours"
+        ) == pytest.approx(s["tpr_at_fpr"]["0.001"])
     ref = [c for b in batches for c in b.get("checkpoints", [])][-1]
     for attack, s in ref["privacy"]["attacks"].items():
-        assert get("unlearn_mia_auc_retrain_reference", attack=attack) == pytest.approx(s["auc"])
+        assert get("unlearn_mia_auc_ratio", attack=attack, model="retrained") == pytest.approx(
+            s["auc"]
+        )
+    assert get("unlearn_mia_efficacy_ratio", model="retrained") == pytest.approx(
+        ref["privacy"]["efficacy"]
+    )
+    assert get("unlearn_forget_loss", model="ours") == pytest.approx(last["privacy"]["forget_loss"])
+    predicted = last["drift"]["label"]["predicted_test_vs_start"]
+    assert get("unlearn_prediction_tv_distance", model="ours") == pytest.approx(predicted["tv"])
+    assert get("unlearn_prediction_js_divergence_bits", model="retrained") == pytest.approx(
+        ref["drift"]["label"]["predicted_test_vs_start"]["js"]
+    )
+    assert get("unlearn_model_accuracy_ratio", split="test", model="retrained") == pytest.approx(
+        ref["reference_accuracy_test"]
+    )
     assert get("unlearn_head_distance_to_retrain_ratio") == pytest.approx(
         ref["param_distance_relative"]
     )
@@ -174,9 +195,40 @@ def test_scraped_values_equal_the_run(scraped: tuple[dict[str, Any], list[Any], 
     )
     held = sum(val for (n, _), val in v.items() if n == "unlearn_client_retained_samples")
     assert per_client == final["removed_total"] and held == final["retained"]
-    assert get("unlearn_model_accuracy_ratio", split="test") == pytest.approx(
+    assert get("unlearn_model_accuracy_ratio", split="test", model="ours") == pytest.approx(
         final["metrics"]["accuracy_test"]
     )
+    withdrawn = [c for b in batches for c in b.get("withdrawn_clients", [])]
+    total_withdrawn = sum(
+        val for (n, _), val in v.items() if n == "unlearn_client_withdrawals_total"
+    )
+    assert total_withdrawn == len(withdrawn)
+    # the run said it finished; build info names the run and the scenario
+    assert get("unlearn_run_finished") == 1.0
+    (info,) = [labels for (n, labels) in v if n == "unlearn_build_info"]
+    assert dict(info)["scenario"] == "quickstart" and dict(info)["method"] == "decoremoval"
+
+
+def test_no_created_series_and_process_metrics(scraped: tuple[Any, Any, str]) -> None:
+    _, _, text = scraped
+    names = {name for name, _ in values(text)}
+    assert not [n for n in names if n.endswith("_created")]
+    assert "_created" not in text
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert name in names, name
+
+
+def test_run_finished_is_zero_until_the_end() -> None:
+    exporter = MetricsExporter(run_id="r1")
+    assert exporter.metric("run_finished")._value.get() == 0.0
+    exporter({"event": "start", "scenario": "s", "method": "cr", "requests": 3})
+    assert exporter.metric("run_finished")._value.get() == 0.0
+    exporter({"event": "consumer_end"})
+    assert exporter.finished and exporter.metric("run_finished")._value.get() == 1.0
+    text = exporter.registry.get_sample_value(
+        "unlearn_build_info", {"version": "0.1.0", "method": "cr", "run_id": "r1", "scenario": "s"}
+    )
+    assert text == 1.0
 
 
 def test_cli_flag_serves_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -261,15 +261,25 @@ def test_kafka_stream_on_the_simulation_engine_matches_inprocess(tmp_path: Path)
                     cli(out, transport, *args), capture_output=True, text=True, timeout=420
                 )
                 assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            outs[transport] = json.loads((out / "metrics.json").read_text())["kafka"]
+            outs[transport] = json.loads((out / "metrics.json").read_text())
             receipts[transport] = {r.request_id: r for r in read_receipts(broker.bootstrap, topics)}
     a, b = receipts["inprocess"], receipts["flower-sim"]
     assert sorted(a) == sorted(r.request_id for r in requests) == sorted(b)
     for rid, r in a.items():
         assert (b[rid].status, b[rid].model_version) == (r.status, r.model_version)
         assert b[rid].residual == pytest.approx(r.residual, rel=1e-9, abs=1e-15)
-    sa, sb = outs["inprocess"], outs["flower-sim"]
+    sa, sb = outs["inprocess"]["kafka"], outs["flower-sim"]["kafka"]
     assert (sb["applied"], sb["samples"], sb["model_version"]) == (
         sa["applied"], sa["samples"], sa["model_version"],
     )  # fmt: skip
+    sa, sb = outs["inprocess"], outs["flower-sim"]
     assert sb["metrics"]["accuracy_test"] == pytest.approx(sa["metrics"]["accuracy_test"])
+    evaluated = {  # the one pipeline: MIA and drift on the Kafka path over Flower too
+        t: [
+            (e["privacy"]["attacks"], e["drift"]["label"])
+            for e in records(tmp_path / t / "events.jsonl")
+            if e.get("event") == "deletion_batch" and "privacy" in e
+        ]
+        for t in outs
+    }
+    assert evaluated["flower-sim"] and evaluated["flower-sim"] == evaluated["inprocess"]

@@ -128,7 +128,11 @@ def test_a_running_consumer_notices_the_log_shrink_under_it(
     restarted = threading.Event()
 
     def broker_restarts(event: dict[str, Any], _: Federation) -> None:
-        if event["event"] == "deletion_batch" and event["batch"] == 3 and not restarted.is_set():
+        if (
+            event["event"] == "deletion_batch"
+            and event["consumer_batch"] == 3
+            and not restarted.is_set()
+        ):
             restarted.set()
             restart_empty(broker)
             replay_requests(requests[40:45], bootstrap=broker.bootstrap, topics=topics)

@@ -91,7 +91,7 @@ def test_broker_killed_and_restarted_during_consumption(
     restarted = threading.Event()
 
     def outage(event: dict[str, Any], _: Federation) -> None:
-        if event["event"] == "deletion_batch" and event["batch"] == 2:
+        if event["event"] == "deletion_batch" and event["consumer_batch"] == 2:
             durable_broker.kill()  # right after batch 2 was published
 
             def come_back() -> None:
@@ -106,7 +106,7 @@ def test_broker_killed_and_restarted_during_consumption(
     assert restarted.is_set()
     assert summary["publish_retries"] > 0  # a publish timed out: checked what arrived, resent
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert not next(e for e in events if e.get("batch") == 3)["committed"]
+    assert not next(e for e in events if e.get("consumer_batch") == 3)["committed"]
 
     receipts = read_receipts(durable_broker.bootstrap, topics)
     assert [r.request_id for r in receipts] == [r.request_id for r in requests]

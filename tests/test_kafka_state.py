@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import json
 import pickle
 from datetime import UTC, datetime
@@ -14,8 +16,17 @@ from kafka_support import SMALL, apply_requests, scenario
 
 from server.kafka.checkpoint import CheckpointStore, ConsumerState, static_objects
 from server.kafka.errors import CheckpointError
-from server.kafka.records import Incoming, Malformed, dead_letter, decode_request, header
+from server.kafka.records import (
+    Incoming,
+    Malformed,
+    OutRecord,
+    dead_letter,
+    decode_request,
+    header,
+)
+from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation, build_federation
+from simulator.state_files import read_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
 
@@ -165,7 +176,7 @@ def test_checkpoint_restores_the_head_bit_for_bit(fed: Federation, tmp_path: Pat
     state = ConsumerState(ledger=ledger.entries(), offsets={0: 42}, batch=2)
     with CheckpointStore(tmp_path, fed) as store:
         store.save(state)
-    size = (tmp_path / "checkpoint.pkl").stat().st_size
+    size = (tmp_path / "checkpoint.npz").stat().st_size
     features = sum(c.data._X.nbytes for c in fed.clients.values())
     assert size < features / 2, "feature rows should not be written to every checkpoint"
 
@@ -203,7 +214,9 @@ def test_checkpoint_is_locked_and_tied_to_its_scenario(fed: Federation, tmp_path
         with pytest.raises(CheckpointError, match="another consumer"):
             CheckpointStore(tmp_path, fed)
     other = copy.deepcopy(fed)
-    other.scenario = other.scenario.model_copy(update={"seed": 8})
+    other.data = dataclasses.replace(
+        other.data, scenario=other.scenario.model_copy(update={"seed": 8})
+    )
     with (
         CheckpointStore(tmp_path, other) as store,
         pytest.raises(CheckpointError, match="scenario"),
@@ -214,8 +227,83 @@ def test_checkpoint_is_locked_and_tied_to_its_scenario(fed: Federation, tmp_path
 def test_checkpoint_write_is_atomic(fed: Federation, tmp_path: Path) -> None:
     with CheckpointStore(tmp_path, fed) as store:
         store.save(ConsumerState(batch=1))
-        (tmp_path / "checkpoint.pkl.tmp").write_bytes(b"half written")  # a crash mid-write
+        (tmp_path / "checkpoint.npz.tmp").write_bytes(b"half written")  # a crash mid-write
         loaded = store.load()
     assert loaded is not None and loaded.batch == 1
-    with (tmp_path / "checkpoint.pkl").open("rb") as f:
-        assert pickle.load(f)["format"] == 1
+    assert read_state(tmp_path / "checkpoint.npz")["format"] == 2
+
+
+def test_consumer_state_is_plain_data_that_round_trips() -> None:
+    """Everything the consumer persists survives the JSON form (bytes, tuples, requests)."""
+    req = request("r", [1, 2])
+    incoming = Incoming(0, 7, b"k", req.to_json(), 123, (("sig", b"\x00\xff"),))
+    state = ConsumerState(
+        ledger={"a": ("applied", 3)},
+        offsets={0: 8},
+        outbox=[OutRecord("receipts", b"k", b"v", (("h", b"1"),))],
+        batch=4,
+        published_until={("receipts", 0): 5},
+        counters={"records": 8},
+        run=RunState(forgotten=[1, 2], batches=4, last_tick=2, answered={"applied": 1}),
+        last_records={0: (7, 123, "abc")},
+        pending=[(incoming, req)],
+        rate={"subject": [1, 2]},
+        gaps=[{"event": "offset_gap", "skipped": 0}],
+        sessions=2,
+    )
+    again = ConsumerState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again.to_dict() == state.to_dict()
+    assert again.pending == state.pending and again.outbox == state.outbox
+
+
+def test_a_checkpoint_of_the_previous_format_is_read_and_converted(
+    fed: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 1 pickled the head and a ``StreamState`` (with ``forgotten`` and ``last_tick``);
+    it loads into the new federation state and is replaced by the new file at the next save."""
+    from server.kafka import checkpoint as ck
+
+    batches = _batches(fed, 2)
+    ledger = Ledger()
+    for batch in batches[:1]:
+        apply_requests(fed, ledger, batch, now=NOW)
+    static = ck.static_objects(fed)
+    ids = {id(obj): key for key, obj in static.items()}
+
+    class FormatOnePickler(pickle.Pickler):
+        def persistent_id(self, obj: object) -> str | None:
+            return ids.get(id(obj))
+
+    class StreamState:  # the format-1 class, under its old module and name
+        pass
+
+    StreamState.__module__, StreamState.__qualname__ = ck.__name__, "StreamState"
+    monkeypatch.setattr(ck, "StreamState", StreamState, raising=False)
+    old = StreamState()
+    old.__dict__.update(
+        ledger=dict(ledger.entries()), offsets={0: 9}, outbox=[], batch=1, published_until={},
+        counters={"records": 9}, forgotten=[1, 2, 3], last_tick=4, last_records={},
+        pending=[], rate={}, gaps=[], sessions=1,
+    )  # fmt: skip
+    with (tmp_path / "checkpoint.pkl").open("wb") as f:
+        digest = hashlib.sha256(fed.scenario.model_dump_json().encode()).hexdigest()
+        pickle.dump({"format": 1, "scenario": digest, "static": ck.digest_static(static)}, f)
+        FormatOnePickler(f, protocol=5).dump(fed.head)
+        pickle.dump(old, f, protocol=5)
+    monkeypatch.delattr(ck, "StreamState")
+
+    fresh = build_federation(fed.scenario)
+    with CheckpointStore(tmp_path, fresh) as store:
+        assert CheckpointStore.exists(tmp_path)
+        restored = store.load()
+        assert restored is not None
+        assert restored.run.forgotten == [1, 2, 3] and restored.run.last_tick == 4
+        assert restored.offsets == {0: 9} and restored.ledger == ledger.entries()
+        np.testing.assert_array_equal(fresh.head.W, fed.head.W)
+        assert fresh.head.model_version == fed.head.model_version
+        for cid in fed.clients:
+            np.testing.assert_array_equal(
+                fresh.clients[cid].data.weights, fed.clients[cid].data.weights
+            )
+        store.save(restored)
+    assert (tmp_path / "checkpoint.npz").exists() and not (tmp_path / "checkpoint.pkl").exists()

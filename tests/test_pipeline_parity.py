@@ -92,7 +92,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
 
     va, vb = samples(ours), samples(theirs)
     assert names(va) <= names(vb)  # Kafka adds its own counters, never fewer
-    for key in ("unlearn_mia_auc", "unlearn_model_accuracy_ratio", "unlearn_feature_mmd2"):
+    for key in ("unlearn_mia_auc_ratio", "unlearn_model_accuracy_ratio", "unlearn_feature_mmd2"):
         found = {k: v for k, v in vb.items() if k.startswith(key + "{")}
         assert found and all(v != 0 for v in found.values()), key
         assert found == pytest.approx({k: va[k] for k in found}), key

@@ -39,7 +39,13 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
 )
 #: Grafana's built-in variables, as a panel would expand them on a 15-minute dashboard.
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "5s", "$__range": "15m"}
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "5s",
+    "$__range": "15m",
+    "$instance": ".*",
+    "$run": ".*",
+}
 
 
 def free_port() -> int:
@@ -188,3 +194,34 @@ def test_every_dashboard_panel_query_returns_data(prometheus: tuple[str, dict[st
                 undefined.append(expr)
     assert empty == []
     assert undefined == []
+
+
+def test_the_run_variable_and_annotations_query_data(
+    prometheus: tuple[str, dict[str, Any]],
+) -> None:
+    base, final = prometheus
+    (dash,) = dashboards()
+    (info,) = query(base, "unlearn_build_info")
+    labels = info["metric"]
+    assert labels["scenario"] == "quickstart" and labels["run_id"].startswith("quickstart-")
+    # the hidden variable resolves the run to its exporter, and the panels filter by it
+    instances = query(base, f'unlearn_build_info{{run_id=~"{labels["run_id"]}"}}')
+    assert [r["metric"]["instance"] for r in instances] == [labels["instance"]]
+    (done,) = query(base, "unlearn_run_finished")
+    assert float(done["value"][1]) == 1.0
+    for note in dash["annotations"]["list"]:
+        if "expr" not in note:
+            continue
+        expr = note["expr"].replace("$instance", labels["instance"]).replace("[1m]", "[15m]")
+        result = query(base, expr)
+        if note["name"] == "Retrains" and final["retrains_budget"]:
+            assert result, note["name"]
+        if note["name"] == "Run finished":
+            assert result, note["name"]
+
+
+def test_process_metrics_and_no_created_series(prometheus: tuple[str, dict[str, Any]]) -> None:
+    base, _ = prometheus
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert query(base, name), name
+    assert query(base, '{__name__=~"unlearn_.*_created"}') == []

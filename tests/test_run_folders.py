@@ -78,14 +78,16 @@ def test_explicit_output_refused_unless_overwrite(
 
 def test_a_failed_run_says_so(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    empty = tmp_path / "empty-idx"  # passes the pre-flight (a folder), fails when read
+    empty.mkdir()
     gone = tmp_path / "gone.yaml"
     gone.write_text(
-        f"name: gone\ndata: {{source: idx, path: {tmp_path / 'no-such'}}}\n"
+        f"name: gone\ndata: {{source: idx, path: {empty}}}\n"
         "stream:\n  phases: [{name: a, ticks: 2, rate: 2}]\n"
     )
     assert main(["run", str(gone), "--output", str(out), "--no-progress"]) == 2
     info = read_manifest(out)
-    assert info["status"] == "failed" and "no-such" in info["error"]
+    assert info["status"] == "failed" and "train-images-idx3-ubyte" in info["error"]
     assert sorted(p.name for p in out.iterdir()) == ["run.json"]  # no empty logs
 
 

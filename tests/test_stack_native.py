@@ -44,7 +44,13 @@ def stack(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 #: Grafana's built-in variables, as a range query over the run needs them.
-GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "30m", "$__interval": "15s"}
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__range": "30m",
+    "$__interval": "15s",
+    "$instance": ".*",
+    "$run": ".*",
+}
 
 
 def panels() -> list[tuple[str, list[str]]]:

@@ -118,3 +118,52 @@ def test_a_readiness_url_holds_back_the_next_service_until_it_answers_200(
             up(never, tmp_path)
     finally:
         down(tmp_path, grace=5)
+
+
+def test_waiting_shows_progress_with_the_log_and_exited_services(tmp_path: Path) -> None:
+    """``stack up --wait`` is not silent: a line per period with the elapsed time, the server's
+    last log line and any service that exited (here a real process that logs and ends)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from server.commands.stack import WaitProgress
+    from server.stack.supervisor import last_log_line, wait_for
+
+    script = (
+        "import time\n"
+        "for i in range(4):\n"
+        "    print(f'[batch] {i}', flush=True)\n"
+        "    time.sleep(0.5)\n"
+    )
+    logging = NativePlan(
+        [
+            Process("server", [sys.executable, "-c", script], {}, tmp_path),
+            Process("helper", [sys.executable, "-c", "pass"], {}, tmp_path),
+        ],
+        skipped={},
+        ports={},
+    )
+    up(logging, tmp_path)
+    try:
+        out = StringIO()
+        console = Console(file=out, force_terminal=False, width=200)
+        calls: list[float] = []
+
+        def seen(elapsed: float, state: dict) -> None:
+            calls.append(elapsed)
+            progress(elapsed, state)
+
+        with WaitProgress(console, "server", every=0.5) as progress:
+            wait_for(tmp_path, "server", 30, on_wait=seen, poll=0.25)
+        text = out.getvalue()
+        assert calls and text.startswith("waiting for the server to finish")
+        lines = [x for x in text.splitlines() if x.startswith("server running")]
+        assert lines, text
+        assert any("exited: helper" in x for x in lines), text
+        assert any("log: [batch]" in x for x in lines), text  # markup-looking text kept
+        state = read_state(tmp_path)
+        assert state is not None
+        assert last_log_line(state["services"]["server"]["log"]) == "[batch] 3"
+    finally:
+        down(tmp_path, grace=2)

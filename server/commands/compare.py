@@ -127,8 +127,8 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.compare import build_workload, run_comparison, write_comparison
-    from simulator.compare.threads import torch_threads
     from simulator.scenario import load_scenario
+    from simulator.threads import thread_limits
 
     scenario = load_scenario(args.scenario, overrides=args.overrides)
     methods = parse_methods(args.methods)
@@ -140,7 +140,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     folder = Path(args.output) if args.output else Path("results") / scenario.name
     console.print(f"comparing {', '.join(methods)} on {scenario.name}, seeds {seeds}")
 
-    with torch_threads(args.torch_threads):
+    with thread_limits(torch=args.torch_threads):
         comparison = run_comparison(
             lambda seed: build_workload(scenario, seed, checkpoints=checkpoints),
             methods,

@@ -55,12 +55,14 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from server.preflight import check_run
     from simulator.runner.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
     from simulator.runner.run_folder import tracked
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
-    folder, extra = run_folder(args, scenario)
+    check_run(args, scenario, console)  # data, packages, memory, output, port, broker
+    folder, extra = run_folder(args, scenario)  # only once the run can start
     args.output = str(folder)
     try:
         with (

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from server.commands.run import add_overrides
@@ -86,7 +87,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if not args.wait:
         console.print("[bold]unlearnsim stack down[/] stops it all")
         return 0
-    supervisor.wait_for(folder, SERVER, args.timeout)
+    with WaitProgress(console, SERVER) as progress:
+        supervisor.wait_for(folder, SERVER, args.timeout, on_wait=progress)
     out = _output_of(state["services"][SERVER]["argv"])
     summary = out / "metrics.json"
     if not summary.exists() or summary.stat().st_mtime < state["started_at"]:
@@ -97,6 +99,44 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     keys = ("records", "applied", "rejected", "duplicates", "dead_letters", "batches")
     console.print("server finished: " + ", ".join(f"{k} {data.get(k)}" for k in keys))
     return 0
+
+
+class WaitProgress:
+    """Progress of ``stack up --wait``: a live status line on a terminal (elapsed time, the
+    server's last log line, services that exited), else one line every ``every`` seconds."""
+
+    def __init__(self, console: Console, service: str, every: float = 15.0) -> None:
+        self.console, self.service, self.every = console, service, every
+        self._next = every
+        self._status: Any = None
+
+    def __enter__(self) -> WaitProgress:
+        self.console.print(f"waiting for the {self.service} to finish (stack down to stop)")
+        if self.console.is_terminal:
+            self._status = self.console.status(f"waiting for the {self.service}")
+            self._status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def __call__(self, elapsed: float, state: dict[str, Any]) -> None:
+        from server.stack.supervisor import last_log_line, running
+
+        services = state["services"]
+        exited = [n for n, e in services.items() if n != self.service and not running(e)]
+        line = last_log_line(services[self.service]["log"])
+        text = f"{self.service} running {elapsed:.0f} s"
+        if exited:
+            text += f"; exited: {', '.join(exited)}"
+        if line:
+            text += f"; log: {line}"
+        if self._status is not None:
+            self._status.update(escape(text))
+        elif elapsed >= self._next:
+            self._next += self.every
+            self.console.print(escape(text), highlight=False, soft_wrap=True)
 
 
 def _check_clients(plan: NativePlan, args: argparse.Namespace) -> None:

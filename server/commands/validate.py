@@ -1,4 +1,9 @@
-"""``unlearnsim validate FILE...``: check scenario files without running them."""
+"""``unlearnsim validate FILE...``: check scenario files without running them.
+
+Each file goes through the schema (every key, type and range, with file, line and key) and then
+the pre-flight checks of this machine (:mod:`simulator.scenario.preflight`: data files, optional
+packages, an estimate of memory and time); ``--schema-only`` skips the latter.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from server.commands.run import add_overrides
 from simulator.errors import ConfigError
@@ -15,18 +21,26 @@ def register(sub: Any) -> None:
     p = sub.add_parser("validate", help="check scenario files without running them")
     p.add_argument("files", nargs="+")
     add_overrides(p)
+    p.add_argument(
+        "--schema-only",
+        action="store_true",
+        help="check the files against the schema only (not this machine's data, packages, memory)",
+    )
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.scenario import load_scenario
+    from simulator.scenario.preflight import preflight
 
     bad = 0
     for path in args.files:
         try:
-            load_scenario(path, overrides=args.overrides)
-            console.print(f"[green]ok[/]    {path}")
+            scenario = load_scenario(path, overrides=args.overrides)
+            note = "" if args.schema_only else f"  ({preflight(scenario, source=path).summary()})"
+            console.print(f"[green]ok[/]    {escape(path)}{note}", highlight=False, soft_wrap=True)
         except ConfigError as exc:
             bad += 1
-            console.print(f"[red]error[/] {exc}", highlight=False)
+            for line in str(exc).splitlines():  # one line per problem
+                console.print(f"[red]error[/] {escape(line)}", highlight=False, soft_wrap=True)
     return 1 if bad else 0

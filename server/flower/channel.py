@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
 from clients import records as rec
+from server.flower.fleet import Exchange, Request
 from server.flower.stats_cache import StatisticsCache, head_key
 from simulator.errors import ClientUnavailableError
 from simulator.federation import WeightReport
@@ -26,8 +27,24 @@ from simulator.federation.codec import decode_deletion, decode_statistics
 from simulator.head.data import DeletionStatistics
 from simulator.head.logistic import ShardStatistics
 
-if TYPE_CHECKING:
-    from server.flower.transport import FlowerTransport
+
+class ClientLink(Protocol):
+    """What the channels need from the transport that owns them (it implements this; the
+    channels never import it, so the two modules do not depend on each other)."""
+
+    wants_weights: bool
+
+    @property
+    def fanout(self) -> FlowerFanout: ...
+
+    def channel(self, client_id: int) -> FlowerClientChannel: ...
+
+    def send(
+        self, requests: Mapping[int, Request], *, repeatable: bool, train: bool = False
+    ) -> Exchange: ...
+
+    def refresh_weights(self) -> None: ...
+
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -67,7 +84,7 @@ class FlowerClientChannel:
 
     def __init__(
         self,
-        transport: FlowerTransport,
+        transport: ClientLink,
         client_id: int,
         rows: IntArray,
         status: ConfigRecord,
@@ -164,7 +181,7 @@ class FlowerClientChannel:
 class FlowerFanout:
     """Head statistics and deletions for many clients in one round trip (with a cache)."""
 
-    def __init__(self, transport: FlowerTransport) -> None:
+    def __init__(self, transport: ClientLink) -> None:
         self._transport = transport
         self.cache = StatisticsCache.empty()
 

@@ -29,6 +29,10 @@ FIRST_PULL = 0.01
 PULL_GROWTH = 1.5
 
 
+#: One message to a client: its type and a function building its content (built per try).
+Request = tuple[str, Callable[[], RecordDict]]
+
+
 @dataclass(frozen=True)
 class Exchange:
     """Replies of one exchange (by client id) and the clients that failed, with reasons."""

@@ -22,8 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from server.flower.environment import POLL_ENV, flower_env
-from server.processes import cmdline, descendants, executable, free_port, stop_trees
-from server.processes import wait_for_port as _wait_for_port
+from server.processes import cmdline, descendants, executable, free_port, stop_trees, wait_for_port
 from simulator.errors import UnlearnSimError
 
 
@@ -34,14 +33,6 @@ class FlowerProcessError(UnlearnSimError, RuntimeError):
 #: Shortest SuperNode wait of a local federation (``--poll``; cost in docs/flower.md).
 LOCAL_POLL = 0.05
 NODES_FILE = "nodes.json"  # the warm launcher's children
-
-
-def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes], name: str) -> None:
-    """Block until ``127.0.0.1:port`` accepts connections."""
-    if not _wait_for_port(port, timeout, proc):
-        if proc.poll() is not None:
-            raise FlowerProcessError(f"{name} exited with code {proc.returncode} at start")
-        raise FlowerProcessError(f"{name} did not listen on port {port} within {timeout:g} s")
 
 
 @dataclass
@@ -110,7 +101,14 @@ class LocalFederation:
             cmd += ["--log-dir", str(self.folder), "--pid-file", str(self.folder / NODES_FILE)]
             cmd += ["--poll", str(self.poll)] if self.poll else []
             self._spawn("supernodes", cmd)
-        wait_for_port(port, self.startup_timeout, link, "the SuperLink")
+        if not wait_for_port(port, self.startup_timeout, link):
+            if link.poll() is not None:
+                raise FlowerProcessError(
+                    f"the SuperLink exited with code {link.returncode} at start"
+                )
+            raise FlowerProcessError(
+                f"the SuperLink did not listen on port {port} within {self.startup_timeout:g} s"
+            )
         if not self.warm:
             for c, config in enumerate(configs):
                 self._spawn(
@@ -176,10 +174,6 @@ class LocalFederation:
         if link is None:
             return False
         return any("flwr-serverapp" in cmdline(pid) for pid in descendants([link.pid]))
-
-    def supernode_pid(self, client_id: int) -> int:
-        name = f"supernode-{client_id}"
-        return self.children[name] if self.warm else self.processes[name].pid
 
     def stop(self) -> None:
         """Stop every process this object started (and their descendants)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from server.flower.environment import apply_flower_env
-from server.flower.settings import FleetSettings, StreamSettings
+from server.flower.settings import APP_DIR, FleetSettings, StreamSettings
 from simulator.runner import RunResult
 from simulator.scenario import Scenario
 
@@ -33,8 +33,9 @@ def run_simulated(
     apply_flower_env(folder / "flwr-home")
     from flwr.simulation import run_simulation  # after the environment is set
 
-    from clients.client_app import app as client_app
     from server.server_app import make_server_app
+
+    client_app = client_app_component()
 
     num = scenario.partition.num_clients
     results: list[RunResult] = []
@@ -63,3 +64,16 @@ def run_simulated(
     if not results:
         raise RuntimeError("the Flower simulation ended without a result (see the log above)")
     return results[0]
+
+
+def client_app_component() -> Any:
+    """The ClientApp named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
+    loads it (by reference: the server package never imports the clients package, except the
+    shared message protocol ``clients.records``)."""
+    import importlib
+    import tomllib
+
+    with (APP_DIR / "pyproject.toml").open("rb") as f:
+        ref = tomllib.load(f)["tool"]["flwr"]["app"]["components"]["clientapp"]
+    module, _, attr = str(ref).partition(":")
+    return getattr(importlib.import_module(module), attr)

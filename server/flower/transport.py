@@ -10,7 +10,7 @@ rebuild its state deterministically (the resolved scenario YAML on ``train`` and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from clients import records as rec
 from server.flower.channel import FlowerClientChannel, FlowerFanout, row_weights
-from server.flower.fleet import Exchange, Fleet
+from server.flower.fleet import Exchange, Fleet, Request
 from simulator.errors import ClientUnavailableError, InputError
 from simulator.federation import ClientReport
 from simulator.federation.codec import decode_statistics
@@ -33,7 +33,6 @@ from simulator.scenario import Scenario, scenario_to_yaml
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-Request = tuple[str, Callable[[], RecordDict]]
 
 
 def needs_exact_residual(config: HeadConfig) -> bool:

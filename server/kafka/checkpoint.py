@@ -1,34 +1,37 @@
 """The consumer's checkpoint: model state, ledger, offsets and outbox, written atomically.
 
-One file, ``checkpoint.pkl``, replaced by write-then-rename (``os.replace`` after an ``fsync``
+One file, ``checkpoint.npz``, replaced by write-then-rename (``os.replace`` after an ``fsync``
 of the new file, then an ``fsync`` of the folder), so a reader sees either the previous
-checkpoint or the new one, never a mix. It holds
+checkpoint or the new one, never a mix. It is a versioned state dict
+(:mod:`simulator.state_files`: arrays plus one JSON document, read without pickle), holding
 
-* the certified head with everything it reaches: the federated head data and every client's
-  retained mask and decorrelation weights, the solver's factors, the perturbation and the
-  random generator of future retrains. Arrays and maps that never change after
-  :func:`~simulator.runner.setup.build_federation` (feature rows, labels, id maps) are not
-  written: they are pickled as references and taken from the freshly built federation on
-  restore, after checking a digest of their bytes, so the restored head is the saved one
-  bit for bit;
-* the ledger, the next offset of every requests partition and a fingerprint of the last record
-  consumed there (:mod:`server.kafka.offsets`), the outbox (receipts and dead letters of the
-  last batch, which may not have reached the broker yet), requests held for a larger removal,
-  the rate limiter's windows, offset gaps handled, and counters.
+* the federation's mutable state (:meth:`~simulator.runner.setup.Federation.state_dict`): the
+  certified head (model, perturbation, charge, the solver's Hessians and factors, the Gram
+  matrix, the generator of future perturbations), every client's weights and retained flags,
+  and the clients excluded after failing. What never changes after
+  :func:`~simulator.runner.setup.build_federation` (feature rows, labels, id maps) is not
+  written: it comes from the freshly built (or reloaded) federation, after checking a digest
+  of its bytes, so the restored head is the saved one bit for bit;
+* the consumer's own state (:class:`ConsumerState`, as plain data): the ledger, the next offset
+  of every requests partition and a fingerprint of the last record consumed there
+  (:mod:`server.kafka.offsets`), the outbox (receipts and dead letters of the last batch,
+  which may not have reached the broker yet), requests held for a larger removal, the rate
+  limiter's windows, offset gaps handled, counters, and the run's totals.
+
+Renaming a class no longer breaks a checkpoint. Checkpoints of the previous format (format 1,
+``checkpoint.pkl``, a pickle of the head) are still read, converted on load and replaced by the
+new file at the next save; read those only from folders you trust.
 
 With the federation saved once per state folder (:mod:`server.kafka.restart`), a restart
 reloads instead of rebuilding, then restores this checkpoint on top.
-
-The file is a pickle: read checkpoints only from folders you trust (your own state folder).
 A lock file (``flock``) keeps a second consumer off the same folder.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
-import io
-import os
 import pickle
 import time
 from dataclasses import dataclass, field
@@ -40,15 +43,19 @@ import numpy as np
 from server.kafka.errors import CheckpointError
 from server.kafka.offsets import Fingerprint
 from server.kafka.records import Incoming, OutRecord
+from simulator.errors import InputError
 from simulator.federation import FederatedHeadData
 from simulator.head import CertifiedHead
 from simulator.runner.run_state import RunState
 from simulator.runner.setup import Federation
+from simulator.state_files import read_state, write_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Entry
 
-FORMAT = 1
-NAME = "checkpoint.pkl"
+FORMAT = 2
+NAME = "checkpoint.npz"
+#: The previous format's file (a pickle), still read.
+LEGACY_NAME = "checkpoint.pkl"
 
 
 @dataclass
@@ -76,6 +83,43 @@ class ConsumerState:
     gaps: list[dict[str, Any]] = field(default_factory=list)
     #: consuming sessions (process starts) on this state so far
     sessions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON and bytes as base64) for the checkpoint."""
+        return {
+            "ledger": {rid: list(entry) for rid, entry in self.ledger.items()},
+            "offsets": {str(p): o for p, o in self.offsets.items()},
+            "outbox": [_out_dict(r) for r in self.outbox],
+            "batch": self.batch,
+            "published_until": [[t, p, o] for (t, p), o in self.published_until.items()],
+            "counters": dict(self.counters),
+            "run": self.run.state_dict(),
+            "last_records": {str(p): list(f) for p, f in self.last_records.items()},
+            "pending": [[_incoming_dict(i), r.to_json().decode()] for i, r in self.pending],
+            "rate": {k: list(v) for k, v in self.rate.items()},
+            "gaps": list(self.gaps),
+            "sessions": self.sessions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConsumerState:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            ledger={rid: (str(e[0]), int(e[1])) for rid, e in data["ledger"].items()},
+            offsets={int(p): int(o) for p, o in data["offsets"].items()},
+            outbox=[_out_record(r) for r in data["outbox"]],
+            batch=int(data["batch"]),
+            published_until={(str(t), int(p)): int(o) for t, p, o in data["published_until"]},
+            counters={str(k): int(v) for k, v in data["counters"].items()},
+            run=RunState.from_state_dict(data["run"]),
+            last_records={
+                int(p): (int(f[0]), int(f[1]), str(f[2])) for p, f in data["last_records"].items()
+            },
+            pending=[(_incoming(i), DeletionRequest.from_json(r)) for i, r in data["pending"]],
+            rate={str(k): [int(t) for t in v] for k, v in data["rate"].items()},
+            gaps=list(data["gaps"]),
+            sessions=int(data["sessions"]),
+        )
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         """Checkpoints written before a field existed load with its default; those written
@@ -138,16 +182,9 @@ def digest_static(objects: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file: IO[bytes], static: dict[int, str]) -> None:
-        super().__init__(file, protocol=5)
-        self._static = static
-
-    def persistent_id(self, obj: Any) -> str | None:
-        return self._static.get(id(obj))
-
-
 class _Unpickler(pickle.Unpickler):
+    """Reads format-1 checkpoints: static objects by name, renamed classes by their new name."""
+
     def __init__(self, file: IO[bytes], static: dict[str, Any]) -> None:
         super().__init__(file)
         self._static = static
@@ -195,35 +232,32 @@ class CheckpointStore:
     def path(self) -> Path:
         return self.folder / NAME
 
+    @staticmethod
+    def exists(folder: Path) -> bool:
+        """Whether ``folder`` holds a checkpoint (of this or the previous format)."""
+        return (folder / NAME).exists() or (folder / LEGACY_NAME).exists()
+
     def save(self, state: ConsumerState) -> float:
-        """Write the head and ``state`` atomically; returns the seconds it took."""
+        """Write the federation's state and ``state`` atomically; returns the seconds it took."""
         t = time.perf_counter()
-        buf = io.BytesIO()
-        header = {
-            "format": FORMAT,
-            "scenario": self.scenario_digest,
-            "static": self.static_digest,
-        }
-        pickle.dump(header, buf, protocol=5)
-        _Pickler(buf, self._static_ids).dump(self.fed.head)
-        pickle.dump(state, buf, protocol=5)
-        tmp = self.folder / (NAME + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(buf.getbuffer())
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        if self.fsync:
-            fd = os.open(self.folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        write_state(
+            self.path,
+            {
+                "format": FORMAT,
+                "scenario": self.scenario_digest,
+                "static": self.static_digest,
+                "federation": self.fed.state_dict(),
+                "consumer": state.to_dict(),
+            },
+            fsync=self.fsync,
+        )
+        legacy = self.folder / LEGACY_NAME
+        if legacy.exists():  # converted: the new file is the checkpoint from now on
+            legacy.unlink()
         return time.perf_counter() - t
 
     def load(self) -> ConsumerState | None:
-        """Install the saved head into the federation and return the saved state (None: none).
+        """Install the saved state into the federation and return the consumer's (None: none).
 
         Raises
         ------
@@ -231,26 +265,53 @@ class CheckpointStore:
             The checkpoint was written for another scenario or another build of it.
         """
         if not self.path.exists():
+            return self._load_legacy()
+        try:
+            saved = read_state(self.path)
+        except InputError as exc:
+            raise CheckpointError(str(exc)) from exc
+        if saved.get("format") != FORMAT:
+            raise CheckpointError(f"{self.path}: unknown checkpoint format {saved.get('format')}")
+        self._check(saved["scenario"], saved["static"])
+        try:
+            self.fed.load_state_dict(saved["federation"])
+            return ConsumerState.from_dict(saved["consumer"])
+        except (InputError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{self.path}: cannot restore it ({exc})") from exc
+
+    def _check(self, scenario: str, static: str) -> None:
+        if scenario != self.scenario_digest:
+            raise CheckpointError(
+                f"{self.folder} holds a checkpoint of another scenario (or other overrides); "
+                "use another state folder or delete it to start over"
+            )
+        if static != self.static_digest:
+            raise CheckpointError(
+                f"{self.folder}: the federation rebuilt from the scenario differs from the "
+                "checkpointed one (the build is not reproducible here)"
+            )
+
+    def _load_legacy(self) -> ConsumerState | None:
+        """Read a format-1 checkpoint (a pickle of the head) and install it as state dicts."""
+        path = self.folder / LEGACY_NAME
+        if not path.exists():
             return None
-        with self.path.open("rb") as f:
+        with path.open("rb") as f:
             header = pickle.load(f)
-            if header.get("format") != FORMAT:
-                raise CheckpointError(f"{self.path}: unknown checkpoint format {header}")
-            if header["scenario"] != self.scenario_digest:
-                raise CheckpointError(
-                    f"{self.path} belongs to another scenario (or other overrides); use another "
-                    "state folder or delete it to start over"
-                )
-            if header["static"] != self.static_digest:
-                raise CheckpointError(
-                    f"{self.path}: the federation rebuilt from the scenario differs from the "
-                    "checkpointed one (the build is not reproducible here)"
-                )
+            if header.get("format") != 1:
+                raise CheckpointError(f"{path}: unknown checkpoint format {header}")
+            self._check(header["scenario"], header["static"])
             head = cast(CertifiedHead, _Unpickler(f, self._static).load())
             state = cast(ConsumerState, _Unpickler(f, self._static).load())
-        self.fed.head = head
-        self.fed.head_data = cast(FederatedHeadData, head.data)
-        self.fed.clients = dict(self.fed.head_data.clients)  # type: ignore[arg-type]
+        data = cast(FederatedHeadData, head.data)
+        self.fed.load_state_dict(
+            {
+                "version": 1,
+                "head": head.state_dict(),
+                "clients": {str(c): cl.state_dict() for c, cl in data.clients.items()},  # type: ignore[attr-defined]
+                "excluded": {str(c): r for c, r in data.excluded.items()},
+            }
+        )
         return state
 
     def close(self) -> None:
@@ -264,3 +325,46 @@ class CheckpointStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _b64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode()
+
+
+def _unb64(value: str | None) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def _headers(headers: Any) -> list[list[str | None]]:
+    return [[k, _b64(v)] for k, v in headers]
+
+
+def _unheaders(headers: Any) -> tuple[tuple[str, bytes], ...]:
+    return tuple((str(k), _unb64(v) or b"") for k, v in headers)
+
+
+def _out_dict(r: OutRecord) -> dict[str, Any]:
+    return {
+        "topic": r.topic, "key": _b64(r.key), "value": _b64(r.value),
+        "headers": _headers(r.headers),
+    }  # fmt: skip
+
+
+def _out_record(d: dict[str, Any]) -> OutRecord:
+    return OutRecord(
+        d["topic"], _unb64(d["key"]), _unb64(d["value"]) or b"", _unheaders(d["headers"])
+    )
+
+
+def _incoming_dict(i: Incoming) -> dict[str, Any]:
+    return {
+        "partition": i.partition, "offset": i.offset, "key": _b64(i.key), "value": _b64(i.value),
+        "timestamp_ms": i.timestamp_ms, "headers": _headers(i.headers),
+    }  # fmt: skip
+
+
+def _incoming(d: dict[str, Any]) -> Incoming:
+    return Incoming(
+        int(d["partition"]), int(d["offset"]), _unb64(d["key"]), _unb64(d["value"]),
+        int(d["timestamp_ms"]), _unheaders(d["headers"]),
+    )  # fmt: skip

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -24,6 +22,7 @@ from server.kafka.signing import load_key
 from server.kafka.topics import Topics
 from simulator.errors import ConfigError
 from simulator.scenario import Scenario
+from simulator.threads import thread_limits
 
 
 def stream_from_args(args: argparse.Namespace) -> StreamSettings:
@@ -125,7 +124,7 @@ def run_kafka(
     stream = stream_from_args(args)
     config = consumer_config(stream, out, scenario, fsync=not args.no_fsync)
     scenario = as_kafka_source(scenario)
-    with _blas_limit(args.blas_threads):
+    with thread_limits(blas=args.blas_threads):
         with console.status(f"[bold]{scenario.name}[/]: loading the federation"):
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
         if reloaded:
@@ -142,11 +141,3 @@ def run_kafka(
     from simulator.runner.interrupt import EXIT_INTERRUPTED
 
     return EXIT_INTERRUPTED if end.get("interrupted") else 0
-
-
-def _blas_limit(threads: int | None) -> Any:
-    if threads is None:
-        return nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=threads, user_api="blas")

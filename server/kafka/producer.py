@@ -20,9 +20,9 @@ from server.kafka.publisher import producer_settings
 from server.kafka.signing import HEADER, sign
 from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.evaluation import original_labels
-from simulator.runner.seeds import stage_rng
 from simulator.runner.setup import load_dataset, split_clients
 from simulator.scenario import Scenario
+from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, generate_stream
 
 
@@ -36,7 +36,7 @@ def scenario_requests(scenario: Scenario) -> list[DeletionRequest]:
         client_indices=shards,
         labels=labels,
         scenario_name=scenario.name,
-        rng=stage_rng(scenario.seed, "stream"),
+        rng=child_rng(scenario.seed, "stream"),
     )
 
 

@@ -49,9 +49,6 @@ class OutRecord:
     value: bytes
     headers: Headers = ()
 
-    def with_headers(self, *extra: tuple[str, bytes]) -> OutRecord:
-        return OutRecord(self.topic, self.key, self.value, self.headers + tuple(extra))
-
 
 @dataclass(frozen=True)
 class Malformed:

@@ -14,27 +14,32 @@ source), refuses to resume with :class:`~server.kafka.errors.CheckpointError`: t
 head was fitted to the old rows. Only the in-process transport is saved this way (a Flower
 federation's clients are processes of their own).
 
-The file is a pickle: load state folders you trust only (as the checkpoint).
+The file is a pickle and only a cache: one written by another version of the code (another
+format, or classes that changed since) is rebuilt, and the checkpoint (versioned state dicts,
+:mod:`server.kafka.checkpoint`) is installed on top as usual. Load state folders you trust
+only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pickle
 import time
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from server.kafka.errors import CheckpointError
 from simulator.data.dataset import Dataset
-from simulator.runner.setup import Federation, build_federation, load_dataset
+from simulator.runner.setup import Federation, FederationData, build_federation, load_dataset
 from simulator.scenario import Scenario
 
-FORMAT = 1
+#: 2: :class:`Federation` split into fixed data and mutable state.
+FORMAT = 2
 NAME = "federation.pkl"
+log = logging.getLogger(__name__)
 
 
 def dataset_digest(ds: Dataset) -> str:
@@ -91,8 +96,9 @@ def load_federation(folder: Path, scenario: Scenario) -> Federation | None:
         return None
     with path.open("rb") as f:
         header = pickle.load(f)
-        if header.get("format") != FORMAT:
-            raise CheckpointError(f"{path}: unknown format {header.get('format')}")
+        if header.get("format") != FORMAT:  # a cache of another version: rebuild it
+            log.warning("%s has format %s, not %s: rebuilding", path, header.get("format"), FORMAT)
+            return None
         if header["scenario"] != scenario_digest(scenario):
             raise CheckpointError(
                 f"{path} belongs to another scenario (or other overrides); use another state "
@@ -106,7 +112,17 @@ def load_federation(folder: Path, scenario: Scenario) -> Federation | None:
                 "a head fitted to other rows: restore the data, or delete the state folder to "
                 "start over"
             )
-        return cast(Federation, pickle.load(f))
+        try:
+            fed = pickle.load(f)
+        except Exception as exc:  # a class renamed or moved since: the cache is stale
+            log.warning("%s no longer loads (%s): rebuilding", path, exc)
+            return None
+    if not isinstance(fed, Federation) or not isinstance(
+        getattr(fed, "data", None), FederationData
+    ):
+        log.warning("%s holds a federation of an earlier layout: rebuilding", path)
+        return None
+    return fed
 
 
 def federation_for(

@@ -67,11 +67,11 @@ def consume(
     Returns the end event (``kafka``: the consumer's summary). ``ready``: the ready file
     (default ``STATE_DIR/ready``).
     """
-    from server.kafka.checkpoint import NAME
+    from server.kafka.checkpoint import CheckpointStore
     from simulator.runner.run import print_summary, verdict_lines
 
     health = Health(ready_file=ready or config.state_dir / "ready")
-    resume = (config.state_dir / NAME).exists()
+    resume = CheckpointStore.exists(config.state_dir)
     recorder = RunRecorder(out, on_event=[*on_event, health], resume=resume, plots=plots)
     consumer = DeletionConsumer(
         fed, replace(config, events_path=None), on_event=[_announce(console, config)],

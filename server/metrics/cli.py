@@ -3,7 +3,10 @@
 Defaults come from ``UNLEARNSIM_METRICS_PORT`` (unset: no exporter),
 ``UNLEARNSIM_METRICS_ADDR`` (``127.0.0.1``; a container sets ``0.0.0.0`` so Prometheus in
 another container can scrape it) and ``UNLEARNSIM_METRICS_HOLD`` (seconds to keep serving
-after the run so the final values are scraped; default 0).
+after the run so the final values are scraped; default 0: when something has scraped the
+exporter during the run, wait for one more scrape after a normal end, at most
+``UNLEARNSIM_METRICS_FINAL_SCRAPE_WAIT`` seconds, 15 by default, so that Prometheus sees
+``unlearn_run_finished 1``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from typing import Any
 from rich.console import Console
 
 from server.metrics.exporter import MetricsExporter
+from simulator.errors import ConfigError
+
+#: Seconds to wait, after a normal end, for one more scrape when a scraper has been seen
+#: (``UNLEARNSIM_METRICS_FINAL_SCRAPE_WAIT``; the shipped Prometheus scrapes every 5 s).
+FINAL_SCRAPE_WAIT = float(os.environ.get("UNLEARNSIM_METRICS_FINAL_SCRAPE_WAIT") or 15.0)
 
 
 def add_metrics_options(parser: argparse.ArgumentParser) -> None:
@@ -82,12 +90,24 @@ def serving(port: int | None, addr: str, hold: float, console: Console) -> Itera
         yield []
         return
     exporter = MetricsExporter()
-    bound = exporter.serve(port, addr=addr)
+    try:
+        bound = exporter.serve(port, addr=addr)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc} "
+            "(another process on that port? 0: any free port)",
+            "--metrics-port",
+        ) from exc
     console.print(f"metrics on http://{addr}:{bound}/metrics")
     try:
         yield [exporter]
         if hold > 0:
             console.print(f"serving final metrics for {hold:g} s")
             time.sleep(hold)
+        elif exporter.finished and exporter.scrapes:
+            # something scrapes us: let it see unlearn_run_finished 1 before we go, so the
+            # exporter-down alert knows this was a normal end
+            console.print(f"waiting for the final scrape (at most {FINAL_SCRAPE_WAIT:g} s)")
+            exporter.wait_for_scrape(FINAL_SCRAPE_WAIT)
     finally:
         exporter.close()

@@ -1,9 +1,14 @@
 """Every exported metric: name, type, help, labels and buckets (``docs/metrics.md``).
 
-Names carry the ``unlearn_`` prefix and follow Prometheus conventions: base units,
-``_total`` counters, ``_seconds``, ``_ratio`` for 0-1 values. Label values are bounded (splits,
-attacks, FPRs, comparisons, detectors, streams, reasons, bound kinds, accounting modes,
-pipeline stages, classes, and client indices up to a cap); no request or sample id is ever a label.
+Names carry the ``unlearn_`` prefix and follow Prometheus conventions: base units in the name
+(``_seconds``, ``_bytes``, ``_bits``), ``_total`` counters, ``_ratio`` only for dimensionless
+shares and scores in [0, 1] (accuracy, AUC, TPR, budget used, relative distance). A number
+measured on both the released head and a head retrained from scratch is one metric with the
+label ``model="ours"|"retrained"``. No ``_created`` series; the process collector's
+``process_*`` and the platform collector's ``python_info`` are exported too. Label values are
+bounded (splits, models, attacks, FPRs, comparisons, detectors, streams, reasons, bound kinds,
+accounting modes, pipeline stages, classes, client indices up to a cap, and one run id and
+scenario per exporter); no request or sample id is ever a label.
 """
 
 from __future__ import annotations
@@ -11,8 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.metrics import MetricWrapperBase
+
+# No ``*_created`` series: they double the series count of every counter and histogram and no
+# panel or rule reads them. Process-wide (prometheus_client keeps it in a module flag).
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PREFIX = "unlearn_"
 Kind = Literal["counter", "gauge", "histogram"]
@@ -35,7 +52,7 @@ class MetricDef:
 
     @property
     def full_name(self) -> str:
-        return PREFIX + self.name
+        return self.name if self.name.startswith(("process_", "python_")) else PREFIX + self.name
 
 
 def _c(name: str, help: str, *labels: str) -> MetricDef:
@@ -85,48 +102,55 @@ METRICS: tuple[MetricDef, ...] = (
     _g("stream_ready", "1 while the consumer is ready (as /readyz), else 0."),
     _g("stream_startup_seconds", "Seconds from process start to ready, last start."),
     _h("federation_round_duration_seconds", "Wall time of one federated statistics round."),
-    _g("build_info", "Constant 1; labels say what runs.", "version", "method"),
+    _g(
+        "build_info",
+        "Constant 1; labels say what runs (version, method, run id, scenario).",
+        "version",
+        "method",
+        "run_id",
+        "scenario",
+    ),
+    _g(
+        "run_finished",
+        "1 once the run (or the stream consumer) ended normally, else 0: an exporter that "
+        "disappears after this was 1 finished, it did not fail.",
+    ),
+    _g("run_start_time_seconds", "Unix time the run started."),
     _g("head_model_version", "Version of the head (increments per update or retrain)."),
-    # ---- utility
-    _g("model_accuracy_ratio", "Accuracy of the current head.", "split"),
-    _g("model_f1_ratio", "Support-weighted F1 of the current head.", "split"),
-    _g("model_accuracy_retrain_reference_ratio", "Accuracy of the retrained head.", "split"),
-    _g("model_f1_retrain_reference_ratio", "Weighted F1 of the retrained head.", "split"),
+    # ---- utility (model: ours = the released head, retrained = retrained from scratch)
+    _g("model_accuracy_ratio", "Accuracy of the head.", "split", "model"),
+    _g("model_f1_ratio", "Support-weighted F1 of the head.", "split", "model"),
     _g("head_distance_to_retrain_ratio", "||W - W_retrained|| / ||W_retrained||."),
     _g(
         "prediction_agreement_ratio", "Share of equal predictions with the retrained head.", "split"
     ),
     # ---- membership inference
-    _g("mia_auc", "ROC AUC of the attack, forget set vs holdout.", "attack"),
-    _g("mia_tpr_at_fpr_ratio", "TPR of the attack at a fixed low FPR.", "attack", "fpr"),
-    _g("mia_advantage_ratio", "max TPR - FPR of the attack.", "attack"),
-    _g("mia_auc_retrain_reference", "ROC AUC of the attack on the retrained head.", "attack"),
-    _g("mia_advantage_retrain_reference_ratio", "Advantage on the retrained head.", "attack"),
+    _g("mia_auc_ratio", "ROC AUC of the attack, forget set vs holdout.", "attack", "model"),
+    _g("mia_tpr_at_fpr_ratio", "TPR of the attack at a fixed low FPR.", "attack", "fpr", "model"),
+    _g("mia_advantage_ratio", "max TPR - FPR of the attack.", "attack", "model"),
     _g(
-        "mia_tpr_at_fpr_retrain_reference_ratio",
-        "TPR at a low FPR on the retrained head.",
-        "attack",
-        "fpr",
+        "mia_efficacy_ratio",
+        "Share of the forget set an entropy attack calls non-member.",
+        "model",
     ),
-    _g("mia_efficacy_ratio", "Share of the forget set an entropy attack calls non-member."),
-    _g("mia_efficacy_retrain_reference_ratio", "MIA efficacy of the retrained head."),
     _g("mia_samples", "Samples the MIA estimates used.", "set"),
-    _g("forget_loss", "Mean one-vs-rest logistic loss of the head on the forget set."),
+    _g("forget_loss", "Mean one-vs-rest logistic loss of the head on the forget set.", "model"),
     # ---- drift
     _g("feature_mmd2", "Unbiased MMD^2 (RBF, frozen median bandwidth).", "comparison"),
     _g("feature_mmd2_p_value", "Permutation p-value of the MMD^2.", "comparison"),
     _g("label_tv_distance", "Total variation between label distributions.", "comparison"),
-    _g("label_js_divergence", "Jensen-Shannon divergence (bits) of labels.", "comparison"),
+    _g("label_js_divergence_bits", "Jensen-Shannon divergence of labels, bits.", "comparison"),
     _g("label_chi2_p_value", "Chi-square homogeneity p-value of label counts.", "comparison"),
     _g(
-        "label_tv_distance_retrain_reference",
-        "Label TV of the retrained head's predictions.",
-        "comparison",
+        "prediction_tv_distance",
+        "Total variation between the head's predicted test labels and the initial head's.",
+        "model",
     ),
     _g(
-        "label_js_divergence_retrain_reference",
-        "Label JS of the retrained head's predictions.",
-        "comparison",
+        "prediction_js_divergence_bits",
+        "Jensen-Shannon divergence (bits) of the head's predicted test labels from the "
+        "initial head's.",
+        "model",
     ),
     _c("drift_detections_total", "Alarms of the online change detectors.", "detector", "stream"),
     # ---- certificate
@@ -174,15 +198,31 @@ METRICS: tuple[MetricDef, ...] = (
     _c("retrain_reference_checkpoints_total", "Retrained-reference checkpoints computed."),
     _g("client_retained_samples", "Rows a client still holds.", "client"),
     _c("client_deleted_samples_total", "Rows removed from a client.", "client"),
+    _c("client_withdrawals_total", "Clients withdrawn from the federation.", "client"),
+)
+
+#: Metrics of prometheus_client's process and platform collectors, exported next to ours
+#: (no ``unlearn_`` prefix: the standard names every Prometheus user knows).
+PROCESS_METRICS: tuple[MetricDef, ...] = (
+    _c("process_cpu_seconds_total", "User and system CPU time of the process, seconds."),
+    _g("process_resident_memory_bytes", "Resident memory of the process, bytes."),
+    _g("process_virtual_memory_bytes", "Virtual memory of the process, bytes."),
+    _g("process_start_time_seconds", "Start time of the process, Unix seconds."),
+    _g("process_open_fds", "Open file descriptors."),
+    _g("process_max_fds", "Maximum open file descriptors."),
+    _g("python_info", "Python platform information (labels).", "implementation", "major"),
 )
 
 
 def build_registry(
     defs: tuple[MetricDef, ...] = METRICS,
 ) -> tuple[CollectorRegistry, dict[str, Any]]:
-    """A fresh registry holding every metric; returns it and the metrics by short name
-    (``Counter`` / ``Gauge`` / ``Histogram`` objects, typed ``Any`` for their label API)."""
+    """A fresh registry holding every metric and the process and platform collectors; returns
+    it and the metrics by short name (``Counter`` / ``Gauge`` / ``Histogram`` objects, typed
+    ``Any`` for their label API)."""
     registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     out: dict[str, Any] = {}
     for d in defs:
         metric: MetricWrapperBase

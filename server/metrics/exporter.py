@@ -18,7 +18,9 @@ expressions have series from the first scrape.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
+import time
 from collections.abc import Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -48,6 +50,10 @@ STAGES = {
     "lira_references": "lira_references",
     "reference": "reference",
 }
+#: Values of the ``model`` label: the released head, and the head retrained from scratch.
+MODELS = ("ours", "retrained")
+#: The model-dependent label comparison, exported as ``unlearn_prediction_*``.
+PREDICTED = "predicted_test_vs_start"
 #: Client ids at or above this are exported as client="other".
 MAX_CLIENT_LABELS = 64
 #: Class indices beyond this share the label ``other`` (bounded label values).
@@ -85,17 +91,28 @@ class MetricsExporter:
     Parameters
     ----------
     version : the ``build_info`` version label.
+    health : the liveness/readiness state served on ``/healthz`` and ``/readyz``.
+    run_id : the ``build_info`` run id; default: the start event's ``run_id``, else
+        ``<scenario>-<UTC time>-<6 hex>`` made at the start.
     """
 
-    def __init__(self, version: str = "0.1.0", *, health: Health | None = None) -> None:
+    def __init__(
+        self, version: str = "0.1.0", *, health: Health | None = None, run_id: str | None = None
+    ) -> None:
         self.registry: CollectorRegistry
         self.registry, self.m = build_registry()
         self.version = version
+        self.run_id = run_id
         self.health = health or Health()
         self._lock = threading.Lock()
         self._total_requests: int | None = None
         self._processed = 0
         self._server: Any = None
+        self._scrapes = 0
+        self._scraped = threading.Condition()
+        self._built = False
+        self.finished = False
+        self.m["run_finished"].set(0)
         for s in STATUSES:
             self.m["deletion_requests_total"].labels(status=s)
         for r in RETRAIN_REASONS:
@@ -121,7 +138,11 @@ class MetricsExporter:
         def app(environ: dict[str, Any], start_response: Any) -> Any:
             check = checks.get(environ.get("PATH_INFO", ""))
             if check is None:
-                return metrics(environ, start_response)
+                body = metrics(environ, start_response)
+                with self._scraped:
+                    self._scrapes += 1
+                    self._scraped.notify_all()
+                return body
             ok, why = check()
             status = "200 OK" if ok else "503 Service Unavailable"
             start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
@@ -131,6 +152,17 @@ class MetricsExporter:
         thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         thread.start()
         return int(self._server.server_port)
+
+    @property
+    def scrapes(self) -> int:
+        """Requests served on ``/metrics`` so far."""
+        return self._scrapes
+
+    def wait_for_scrape(self, timeout: float) -> bool:
+        """Block until ``/metrics`` is served once more (True) or ``timeout`` seconds pass."""
+        with self._scraped:
+            seen = self._scrapes
+            return self._scraped.wait_for(lambda: self._scrapes > seen, timeout=timeout)
 
     def close(self) -> None:
         """Stop serving (idempotent)."""
@@ -149,6 +181,7 @@ class MetricsExporter:
             if kind == "heartbeat":
                 return
             if kind == "consumer_start":
+                self._build_info(event, fed)
                 seconds = event.get("process_seconds") or event.get("startup_seconds")
                 self.m["stream_startup_seconds"].set(_f(seconds))
                 self.m["stream_held_requests"].set(_f(event.get("held", 0)))
@@ -161,21 +194,40 @@ class MetricsExporter:
             if kind == "start":  # a scenario run: running from here
                 self.m["stream_startup_seconds"].set(_f(process_age()))
             if kind == "start":
-                self._start(event)
+                self._start(event, fed)
                 head = getattr(getattr(fed, "scenario", None), "head", None)
                 if head is not None:
                     self.m["cr_epsilon_target"].set(float(head.epsilon))
                     self.m["cr_delta"].set(float(head.delta))
             elif kind == "deletion_batch":
                 self._batch(event)
-            elif kind == "end":
-                self._end(event)
+            elif kind in ("end", "consumer_end"):
+                if kind == "end":
+                    self._end(event)
+                self.finished = True
+                self.m["run_finished"].set(1)
             if fed is not None:
                 self._clients(fed)
 
-    def _start(self, e: dict[str, Any]) -> None:
+    def _build_info(self, e: dict[str, Any], fed: Any) -> None:
+        """``build_info`` with the run id and scenario (once per exporter) and the start time."""
+        if self._built:
+            return
+        scenario = getattr(fed, "scenario", None)
+        name = str(e.get("scenario") or getattr(scenario, "name", None) or "unknown")
+        method = str(e.get("method") or getattr(scenario, "method", None) or "unknown")
+        if self.run_id is None:
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            self.run_id = str(e.get("run_id") or f"{name}-{stamp}-{secrets.token_hex(3)}")
+        self.m["build_info"].labels(
+            version=self.version, method=method, run_id=self.run_id, scenario=name
+        ).set(1)
+        self.m["run_start_time_seconds"].set(time.time())
+        self._built = True
+
+    def _start(self, e: dict[str, Any], fed: Any = None) -> None:
         m = self.m
-        m["build_info"].labels(version=self.version, method=str(e.get("method", "unknown"))).set(1)
+        self._build_info(e, fed)
         if isinstance(e.get("requests"), int):
             self._total_requests = e["requests"]
             m["deletion_lag_requests"].set(e["requests"])
@@ -190,6 +242,7 @@ class MetricsExporter:
                 m[f"cr_{key}"].set(_f(e[key]))
         for cid in e.get("clients", {}):
             m["client_deleted_samples_total"].labels(client=client_label(cid))
+            m["client_withdrawals_total"].labels(client=client_label(cid))
         self._utility(e.get("metrics", {}))
 
     def _end(self, e: dict[str, Any]) -> None:
@@ -210,6 +263,8 @@ class MetricsExporter:
         m["deletion_requests_total"].labels(status="duplicate").inc(duplicates)
         m["deleted_samples_total"].inc(int(e.get("samples", 0)))
         self.count_client_deletions((e.get("clients") or {}).items())
+        for cid in e.get("withdrawn_clients") or ():
+            m["client_withdrawals_total"].labels(client=client_label(cid)).inc()
         m["deletion_batches_total"].inc()
         for reason, n in (e.get("dead_letters") or {}).items():
             r = reason if reason in DEAD_LETTER_REASONS else "other"
@@ -295,21 +350,26 @@ class MetricsExporter:
             kind, _, split = key.partition("_")
             if kind in ("accuracy", "f1") and split:
                 name = "model_accuracy_ratio" if kind == "accuracy" else "model_f1_ratio"
-                self.m[name].labels(split=split).set(_f(value))
+                self.m[name].labels(split=split, model="ours").set(_f(value))
 
     def _privacy(self, p: dict[str, Any], *, reference: bool) -> None:
         m = self.m
-        suffix = "_retrain_reference" if reference else ""
+        model = MODELS[1] if reference else MODELS[0]
         for attack, s in p.get("attacks", {}).items():
-            m["mia_auc" + suffix].labels(attack=attack).set(_f(s.get("auc")))
-            m[f"mia_advantage{suffix}_ratio"].labels(attack=attack).set(_f(s.get("advantage")))
+            m["mia_auc_ratio"].labels(attack=attack, model=model).set(_f(s.get("auc")))
+            m["mia_advantage_ratio"].labels(attack=attack, model=model).set(_f(s.get("advantage")))
             for fpr, tpr in s.get("tpr_at_fpr", {}).items():
-                m[f"mia_tpr_at_fpr{suffix}_ratio"].labels(attack=attack, fpr=fpr).set(_f(tpr))
-        m[f"mia_efficacy{suffix}_ratio"].set(_f(p.get("efficacy")))
+                m["mia_tpr_at_fpr_ratio"].labels(attack=attack, fpr=fpr, model=model).set(_f(tpr))
+        m["mia_efficacy_ratio"].labels(model=model).set(_f(p.get("efficacy")))
+        if "forget_loss" in p:
+            m["forget_loss"].labels(model=model).set(_f(p["forget_loss"]))
         if not reference:
-            m["forget_loss"].set(_f(p.get("forget_loss")))
             for name, n in p.get("samples", {}).items():
                 m["mia_samples"].labels(set=name).set(_f(n))
+
+    def _prediction_shift(self, s: dict[str, Any], model: str) -> None:
+        self.m["prediction_tv_distance"].labels(model=model).set(_f(s.get("tv")))
+        self.m["prediction_js_divergence_bits"].labels(model=model).set(_f(s.get("js")))
 
     def _drift(self, d: dict[str, Any]) -> None:
         m = self.m
@@ -317,8 +377,11 @@ class MetricsExporter:
             m["feature_mmd2"].labels(comparison=comparison).set(_f(s.get("mmd2")))
             m["feature_mmd2_p_value"].labels(comparison=comparison).set(_f(s.get("p_value")))
         for comparison, s in d.get("label", {}).items():
+            if comparison == PREDICTED:
+                self._prediction_shift(s, MODELS[0])
+                continue
             m["label_tv_distance"].labels(comparison=comparison).set(_f(s.get("tv")))
-            m["label_js_divergence"].labels(comparison=comparison).set(_f(s.get("js")))
+            m["label_js_divergence_bits"].labels(comparison=comparison).set(_f(s.get("js")))
             if "chi2_p_value" in s:
                 m["label_chi2_p_value"].labels(comparison=comparison).set(_f(s["chi2_p_value"]))
         for alarm in d.get("detections", []):
@@ -334,21 +397,19 @@ class MetricsExporter:
             m["cr_residual_against_retrain"].set(_f(c["residual_against_cold_fit"]))
         for key, value in c.items():
             for prefix, name in (
-                ("reference_accuracy_", "model_accuracy_retrain_reference_ratio"),
-                ("reference_f1_", "model_f1_retrain_reference_ratio"),
-                ("prediction_agreement_", "prediction_agreement_ratio"),
+                ("reference_accuracy_", "model_accuracy_ratio"),
+                ("reference_f1_", "model_f1_ratio"),
             ):
                 if key.startswith(prefix):
-                    m[name].labels(split=key[len(prefix) :]).set(_f(value))
+                    m[name].labels(split=key[len(prefix) :], model=MODELS[1]).set(_f(value))
+            if key.startswith("prediction_agreement_"):
+                split = key[len("prediction_agreement_") :]
+                m["prediction_agreement_ratio"].labels(split=split).set(_f(value))
         if "privacy" in c:
             self._privacy(c["privacy"], reference=True)
-        for comparison, s in c.get("drift", {}).get("label", {}).items():
-            m["label_tv_distance_retrain_reference"].labels(comparison=comparison).set(
-                _f(s.get("tv"))
-            )
-            m["label_js_divergence_retrain_reference"].labels(comparison=comparison).set(
-                _f(s.get("js"))
-            )
+        predicted = c.get("drift", {}).get("label", {}).get(PREDICTED)
+        if predicted is not None:
+            self._prediction_shift(predicted, MODELS[1])
 
     def _clients(self, fed: Any) -> None:
         """Per-client gauges from the federation (rows held, rows removed so far)."""

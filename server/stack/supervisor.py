@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -86,17 +87,47 @@ def up(plan: NativePlan, folder: Path, *, startup_timeout: float = 60.0) -> dict
     return state
 
 
-def wait_for(folder: Path, service: str, timeout: float) -> None:
-    """Wait until a recorded service has exited (its outputs tell how it went)."""
+def wait_for(
+    folder: Path,
+    service: str,
+    timeout: float,
+    *,
+    on_wait: Callable[[float, dict[str, Any]], None] | None = None,
+    poll: float = 1.0,
+) -> None:
+    """Wait until a recorded service has exited (its outputs tell how it went).
+
+    ``on_wait(elapsed_seconds, state)`` is called after every ``poll`` seconds of waiting (the
+    command shows progress with it).
+    """
     state = read_state(folder)
     if state is None or service not in state["services"]:
         raise StackError(f"no service '{service}' recorded in {state_path(folder)}")
     entry = state["services"][service]
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     while running(entry):
         if time.monotonic() > deadline:
             raise StackError(f"{service} still running after {timeout:g} s; see {entry['log']}")
-        time.sleep(1.0)
+        time.sleep(poll)
+        if on_wait is not None:
+            on_wait(time.monotonic() - start, state)
+
+
+def last_log_line(path: str | Path, limit: int = 100) -> str:
+    """The last non-empty line of a log file (at most ``limit`` characters), or ``""``."""
+    try:
+        with Path(path).open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.replace("\r", "\n").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= limit else lines[-1][: limit - 3] + "..."
 
 
 def down(folder: Path, grace: float = 20.0, *, volumes: bool = False) -> list[str]:

@@ -29,8 +29,8 @@ from simulator.compare.workload import Workload
 from simulator.errors import InputError
 from simulator.metrics.roc import roc_auc
 from simulator.metrics.utility import accuracy, weighted_f1
+from simulator.seeds import child_rng
 from simulator.unlearners import BaseUnlearner, create_unlearner
-from simulator.unlearners.seeds import child_rng
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -32,9 +32,9 @@ from simulator.errors import ConfigError
 from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, original_labels
 from simulator.runner.requests import RowHoldings, expand
-from simulator.runner.seeds import stage_rng
 from simulator.runner.setup import load_dataset, split_clients
 from simulator.scenario import Scenario
+from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, batches, generate_stream
 from simulator.unlearners import ModelSettings, TrainingSet
 
@@ -169,7 +169,7 @@ def build_workload(
         ds.x_train, ds.y_train, ds.num_classes, groups=groups, vocab_size=ds.vocab_size
     )
     eval_sets = build_eval_sets(
-        sc, ds, lambda x: np.asarray(x, dtype=np.float64), stage_rng(seed, "ood")
+        sc, ds, lambda x: np.asarray(x, dtype=np.float64), child_rng(seed, "ood")
     )
     splits = {name: EvalSplit(s.x, s.y) for name, s in eval_sets.base.items()}
     labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
@@ -178,7 +178,7 @@ def build_workload(
         client_indices=shards,
         labels=labels,
         scenario_name=sc.name,
-        rng=stage_rng(seed, "stream"),
+        rng=child_rng(seed, "stream"),
     )
     batch_ids = expand_requests(
         requests, sc.stream.max_batch_requests, groups, num_clients=len(shards)

@@ -12,6 +12,7 @@ Sample ids are global; the client maps them to its local rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -96,6 +97,22 @@ class FederatedClient:
             weighting=self._weighting,
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a deletion changes in this client (its rows are static): weights, retained
+        flags, deletion count and the last weight report."""
+        return {
+            "data": self.data.state_dict(),
+            "deletion_batches": self.deletion_batches,
+            "last_weights": None if self.last_weights is None else self.last_weights.to_flat(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install :meth:`state_dict` into this client (built from the same rows)."""
+        self.data.load_state_dict(state["data"])
+        self.deletion_batches = int(state["deletion_batches"])
+        flat = state["last_weights"]
+        self.last_weights = None if flat is None else WeightReport.from_flat(flat)
+
     @classmethod
     def restore(cls, snap: ClientSnapshot) -> FederatedClient:
         """Rebuild a client from :meth:`snapshot` (weights are restored, not refitted)."""
@@ -148,9 +165,6 @@ class FederatedClient:
     @property
     def retained_count(self) -> int:
         return self.data.retained_count
-
-    def owns(self, sample_id: int) -> bool:
-        return sample_id in self._local
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
         local = [self._local.get(int(i), -1) for i in ids]

@@ -27,6 +27,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +38,7 @@ from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
+    epsilon_spent,
     removal_gradient_bound,
     stacked_norm,
     worst_case_bound,
@@ -52,12 +54,14 @@ from simulator.head.logistic import (
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.threads import all_blas_threads, single_threaded_blas
 from simulator.head.training import TrainResult, retrain_head, statistics_in, train_head
+from simulator.threads import all_blas_threads, single_threaded_blas
 
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
 SMALL_BATCH = 64
+#: Version of :meth:`CertifiedHead.state_dict`'s layout.
+STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class CertifiedHead:
         self.model_version = 0
         self.retrains = 0
         self.removals = 0
-        self._c = certificate_constant(config.delta)
+        certificate_constant(config.delta)  # refuses a delta outside (0, 1) now
         self._warm_start_ok = False
         self._fit("initial")
 
@@ -116,7 +120,7 @@ class CertifiedHead:
     @property
     def epsilon_spent(self) -> float:
         """``c * charge / sigma``, with ``delta = config.delta``."""
-        return self._c * self._cumulative / self.config.sigma
+        return epsilon_spent(self._cumulative, sigma=self.config.sigma, delta=self.config.delta)
 
     @property
     def budget(self) -> float:
@@ -132,6 +136,73 @@ class CertifiedHead:
 
     def predict(self, X: FloatArray) -> IntArray:
         return predict_classes(np.asarray(X, dtype=np.float64) @ self.W)
+
+    # ------------------------------------------------------------- save/load
+    def state_dict(self) -> dict[str, Any]:
+        """The head's whole mutable state as plain data (numpy arrays and scalars).
+
+        The model ``W``, its reference point, the perturbation ``b``, the carried gradient,
+        the charge and counters, the solver's Hessians and factors, the Gram matrix and the
+        state of the generator that draws future perturbations. The rows live in ``data``
+        (their owners save them). Versioned (``STATE_VERSION``); see :meth:`load_state_dict`.
+        """
+        bk = self._bk
+        return {
+            "version": STATE_VERSION,
+            "W": bk.to_numpy(self._W).copy(),
+            "W_ref": bk.to_numpy(self._W_ref).copy(),
+            "b": bk.to_numpy(self._b).copy(),
+            "carried": bk.to_numpy(self._carried).copy(),
+            "cumulative": float(self._cumulative),
+            "spectral": float(self._spectral),
+            "since_refresh": int(self._since_refresh),
+            "warm_start_ok": bool(self._warm_start_ok),
+            "model_version": int(self.model_version),
+            "retrains": int(self.retrains),
+            "removals": int(self.removals),
+            "last_fit": {
+                "reason": self.last_fit_reason,
+                "iterations": int(self.last_fit_iterations),
+                "newton_iterations": int(self.last_fit_newton_iterations),
+            },
+            "rng": _plain(self._rng.bit_generator.state),
+            "solver": self._solver.state_dict(),
+            "gram": self._gram.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install a :meth:`state_dict` (of this or an earlier version) into this head.
+
+        Raises
+        ------
+        InputError
+            Written by a newer version, or for another shape of head.
+        """
+        version = int(state.get("version", 0))
+        if not 1 <= version <= STATE_VERSION:
+            raise InputError(f"head state version {version} is not 1..{STATE_VERSION}")
+        bk = self._bk
+        W = np.asarray(state["W"], dtype=np.float64)
+        if W.shape != (self.data.dim, self.data.columns):
+            raise InputError(f"saved head {W.shape} != ({self.data.dim}, {self.data.columns})")
+        self._W = bk.asarray(W)
+        self._W_ref = bk.asarray(np.asarray(state["W_ref"], dtype=np.float64))
+        self._b = bk.asarray(np.asarray(state["b"], dtype=np.float64))
+        self._carried = bk.asarray(np.asarray(state["carried"], dtype=np.float64))
+        self._cumulative = float(state["cumulative"])
+        self._spectral = float(state["spectral"])
+        self._since_refresh = int(state["since_refresh"])
+        self._warm_start_ok = bool(state["warm_start_ok"])
+        self.model_version = int(state["model_version"])
+        self.retrains = int(state["retrains"])
+        self.removals = int(state["removals"])
+        fit = state["last_fit"]
+        self.last_fit_reason = str(fit["reason"])
+        self.last_fit_iterations = int(fit["iterations"])
+        self.last_fit_newton_iterations = int(fit["newton_iterations"])
+        self._rng.bit_generator.state = state["rng"]
+        self._solver.load_state_dict(state["solver"])
+        self._gram.load_state_dict(state["gram"])
 
     # --------------------------------------------------------------- training
     def _fit(self, reason: str) -> float:
@@ -475,3 +546,14 @@ def _spectral_upper_bound(gram: Array, bk: Backend) -> float:
     """
     top = bk.top_eigenvalue(gram)
     return float(np.sqrt(max(top, 0.0)) * (1.0 + 1e-9) + 1e-12)
+
+
+def _plain(value: Any) -> Any:
+    """A generator's state as JSON data (numpy's PCG64 state holds Python ints and str)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

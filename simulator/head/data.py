@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -188,6 +188,25 @@ class LocalHeadData:
     def active(self) -> NDArray[np.bool_]:
         """Retained-row flags; a copy."""
         return self._active.copy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What deletions and re-weighting change: every row's weight and retained flag."""
+        return {"weights": self._a.copy(), "active": self._active.copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install :meth:`state_dict`'s weights and flags (same rows).
+
+        Raises
+        ------
+        InputError
+            The arrays do not have one entry per row.
+        """
+        weights = np.asarray(state["weights"], dtype=np.float64)
+        active = np.asarray(state["active"], dtype=bool)
+        if weights.shape != self._a.shape or active.shape != self._active.shape:
+            raise InputError(f"saved rows {weights.shape} != held rows {self._a.shape}")
+        self._a = weights.copy()
+        self._active = active.copy()
 
     @property
     def base_weights(self) -> FloatArray:

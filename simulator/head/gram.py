@@ -9,6 +9,10 @@ the quadratic form, ``u^T G u - ||R u||^2``, until ``max_pending`` of them have 
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from simulator.head.backend import Array, Backend, backend_of
 
 
@@ -39,6 +43,15 @@ class GramMatrix:
         """Pickle the folded matrix (checkpoints stay d x d, whatever is pending)."""
         self.matrix()
         return dict(self.__dict__)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The folded matrix, as numpy."""
+        return {"matrix": self._bk.to_numpy(self.matrix()).copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install :meth:`state_dict`'s matrix."""
+        self._base = self._bk.asarray(np.asarray(state["matrix"], dtype=np.float64))
+        self._rows = self._bk.zeros((0, self._base.shape[0]))
 
     def quadratic(self, U: Array) -> Array:
         """``u_k^T G u_k`` for every column ``u_k`` of U (d x K)."""

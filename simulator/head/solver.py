@@ -19,6 +19,7 @@ base and the factor is recomputed. No explicit inverse is ever formed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -124,6 +125,40 @@ class HessianSolver:
             self._base = self.hessians
         self._clear_pending()
         self._factors = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every array and counter, as numpy (the factors too: a restore is bit-exact)."""
+        bk = self._bk
+        return {
+            "base": bk.to_numpy(self._base),
+            "rows": bk.to_numpy(self._rows),
+            "coef": bk.to_numpy(self._coef),
+            "z": [bk.to_numpy(z) for z in self._z],
+            "uz": [bk.to_numpy(u) for u in self._uz],
+            "mu": float(self._mu),
+            "factors": None if self._factors is None else [bk.to_numpy(f) for f in self._factors],
+            "factorisations": self.factorisations,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install :meth:`state_dict`'s arrays (shapes must match)."""
+        bk = self._bk
+        base = bk.asarray(np.asarray(state["base"], dtype=np.float64))
+        if tuple(base.shape) != tuple(self._base.shape):
+            raise InputError(f"saved Hessians {tuple(base.shape)} != {tuple(self._base.shape)}")
+        self._base = base
+        self._rows = bk.asarray(np.asarray(state["rows"], dtype=np.float64))
+        self._coef = bk.asarray(np.asarray(state["coef"], dtype=np.float64))
+        self._z = [bk.asarray(np.asarray(z, dtype=np.float64)) for z in state["z"]]
+        self._uz = [bk.asarray(np.asarray(u, dtype=np.float64)) for u in state["uz"]]
+        self._mu = float(state["mu"])
+        factors = state["factors"]
+        self._factors = (
+            None
+            if factors is None
+            else [bk.asarray(np.asarray(f, dtype=np.float64)) for f in factors]
+        )
+        self.factorisations = int(state["factorisations"])
 
     # -------------------------------------------------------------- downdates
     def downdate_rows(self, rows: Array, coef: Array, *, diagonal: float = 0.0) -> None:

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from simulator.errors import InputError
 from simulator.head import RemovalReport
 from simulator.metrics import certificate_status
-from simulator.runner.monitoring import RunMonitor
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate, reference
 from simulator.runner.setup import Federation
@@ -74,10 +74,8 @@ def evaluate_batch(fed: Federation, run: RunState, tick: int, event: dict[str, A
     """
     cfg = fed.scenario.evaluation
     monitor = run.monitor
-    if monitor is None:  # baselines frozen before the first deletion this run sees
-        t = time.perf_counter()
-        monitor = run.monitor = RunMonitor.start(fed)
-        event.setdefault("timings", {})["monitor_start"] = time.perf_counter() - t
+    if monitor is None:
+        raise InputError("the run's monitor is started before its first batch (apply_batch)")
     timings: dict[str, float] = event.setdefault("timings", {})
     due: list[int] = []
     while (

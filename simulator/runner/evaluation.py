@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.data.shift import apply_shift, class_prior_shift, label_swap_test
-from simulator.runner.seeds import stage_seed
 from simulator.scenario import Scenario
+from simulator.seeds import child_seed
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -65,7 +65,7 @@ class EvaluationSets:
 
     def _shift(self, i: int, x: NDArray[Any], y: IntArray) -> tuple[NDArray[Any], IntArray]:
         spec = self.scenario.shifts[i]
-        rng = np.random.default_rng([stage_seed(self.scenario.seed, "shift"), i])
+        rng = np.random.default_rng([child_seed(self.scenario.seed, "shift"), i])
         if spec.kind == "class_prior":
             assert spec.prior is not None
             idx = class_prior_shift(y, np.asarray(spec.prior), rng)

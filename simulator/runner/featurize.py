@@ -33,8 +33,8 @@ from simulator.models import (
     state_to_arrays,
 )
 from simulator.runner.configs import backbone_spec
-from simulator.runner.seeds import stage_rng, stage_seed
 from simulator.scenario import Scenario
+from simulator.seeds import child_rng, child_seed
 
 FloatArray = NDArray[np.float64]
 
@@ -57,7 +57,7 @@ class Featurizer:
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     """The backbone the scenario names, initialised from the extractor stage's seed."""
     spec = backbone_spec(scenario)
-    gen = torch.Generator().manual_seed(stage_seed(scenario.seed, "extractor"))
+    gen = torch.Generator().manual_seed(child_seed(scenario.seed, "extractor"))
     tokens = dataset.modality == "tokens"
     backbone = build_backbone(
         spec,
@@ -92,7 +92,7 @@ def client_update(
     in-process loop and a Flower ClientApp compute the same update.
     """
     m = scenario.model
-    seed = stage_seed(scenario.seed, "extractor")
+    seed = child_seed(scenario.seed, "extractor")
     load_arrays(model, global_arrays)
     return local_train(
         model,
@@ -185,7 +185,7 @@ def train_featurizer(
         losses, seconds = fedavg_rounds(
             model, scenario.model.rounds, local_round, device=device, progress=progress
         )
-    rng = stage_rng(scenario.seed, "rff")
+    rng = child_rng(scenario.seed, "rff")
     h = extract_features(model, pool, device=device)
     bw = scenario.rff.bandwidth
     bandwidth = median_bandwidth(h, rng=rng) if bw == "median" else float(bw)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -11,25 +12,38 @@ from numpy.typing import NDArray
 from simulator.data import load_source, partition
 from simulator.data.dataset import Dataset
 from simulator.data.synthetic import SyntheticSpec
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
 from simulator.models import resolve_device
 from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
 from simulator.runner.featurize import Featurizer, LocalRound, in_process_round, train_featurizer
-from simulator.runner.seeds import stage_rng
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
+from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, generate_stream
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
-@dataclass
-class Federation:
-    """Everything a run needs, built deterministically from the scenario."""
+@dataclass(frozen=True, eq=False)
+class FederationData:
+    """What the build fixes and no deletion changes: data, splits, features, the stream.
+
+    Attributes
+    ----------
+    scenario : the validated scenario.
+    dataset : the loaded rows (train, test, OOD).
+    client_indices : each client's global row ids.
+    public_indices : the public pool (extractor trained on it), or empty.
+    featurizer : the trained extractor and RFF map.
+    train_features : head features of every training row (the server's evaluation view).
+    eval_sets : the evaluation splits and shifts.
+    requests : the deletion stream generated from the scenario.
+    retain_probe : retained rows sampled for the retain-split metrics.
+    """
 
     scenario: Scenario
     dataset: Dataset
@@ -37,15 +51,86 @@ class Federation:
     public_indices: IntArray
     featurizer: Featurizer
     train_features: FloatArray
-    clients: dict[int, RunnerClient]
-    head_data: FederatedHeadData
-    head: CertifiedHead
     eval_sets: EvaluationSets
     requests: list[DeletionRequest]
     retain_probe: IntArray
-    transport: ClientTransport | None = None
-    #: clients that failed and left the federation, with the reason
-    excluded: dict[int, str] = field(default_factory=dict)
+
+
+#: Version of :meth:`Federation.state_dict`'s layout.
+STATE_VERSION = 1
+
+
+class Federation:
+    """A built federation: its fixed :class:`FederationData` and the state deletions change.
+
+    The mutable part is the certified ``head`` (over ``head_data``, which reaches the
+    ``clients``), the clients themselves (retained rows, weights) and the clients ``excluded``
+    after failing; :meth:`state_dict` / :meth:`load_state_dict` save and restore exactly that,
+    as versioned plain data (a checkpoint writes it; the data is rebuilt from the scenario).
+    The data's fields are read through properties (``fed.scenario``, ``fed.dataset``...).
+    """
+
+    def __init__(
+        self,
+        data: FederationData,
+        clients: dict[int, RunnerClient],
+        head_data: FederatedHeadData,
+        head: CertifiedHead,
+        *,
+        transport: ClientTransport | None = None,
+    ) -> None:
+        self.data = data
+        self.clients = clients
+        self.head_data = head_data
+        self.head = head
+        self.transport = transport
+        #: clients that failed and left the federation, with the reason
+        self.excluded: dict[int, str] = {}
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario."""
+        return self.data.scenario
+
+    @property
+    def dataset(self) -> Dataset:
+        """The loaded rows."""
+        return self.data.dataset
+
+    @property
+    def client_indices(self) -> list[IntArray]:
+        """Each client's global row ids."""
+        return self.data.client_indices
+
+    @property
+    def public_indices(self) -> IntArray:
+        """The public pool's row ids."""
+        return self.data.public_indices
+
+    @property
+    def featurizer(self) -> Featurizer:
+        """The extractor and RFF map."""
+        return self.data.featurizer
+
+    @property
+    def train_features(self) -> FloatArray:
+        """Head features of every training row."""
+        return self.data.train_features
+
+    @property
+    def eval_sets(self) -> EvaluationSets:
+        """The evaluation splits."""
+        return self.data.eval_sets
+
+    @property
+    def requests(self) -> list[DeletionRequest]:
+        """The generated deletion stream."""
+        return self.data.requests
+
+    @property
+    def retain_probe(self) -> IntArray:
+        """Rows sampled for the retain-split metrics."""
+        return self.data.retain_probe
 
     def head_data_retained(self) -> IntArray:
         """Global ids of every retained row."""
@@ -69,7 +154,67 @@ class Federation:
     @property
     def extractor_certified(self) -> bool:
         """Only an extractor trained on never-deleted public data keeps the certificate."""
-        return self.scenario.model.extractor_data == "public"
+        return self.scenario.model.certified_extractor
+
+    # ------------------------------------------------------------- save/load
+    def state_dict(self) -> dict[str, Any]:
+        """The mutable state as plain data: the head, every live client, the excluded ones.
+
+        A client in another process (a Flower transport) is saved as what the server knows of
+        it (its retained rows); such a state is a record, not something to resume from (a
+        Flower run's clients start from their full shards: :meth:`load_state_dict` refuses it).
+        """
+        clients: dict[str, Any] = {}
+        for cid, client in sorted(self.clients.items()):
+            if isinstance(client, Stateful):
+                clients[str(cid)] = client.state_dict()
+            else:
+                clients[str(cid)] = {
+                    "remote": type(client).__name__,
+                    "retained_ids": np.asarray(client.retained_ids, dtype=np.int64),
+                }
+        return {
+            "version": STATE_VERSION,
+            "head": self.head.state_dict(),
+            "clients": clients,
+            "excluded": {str(c): r for c, r in sorted(self.excluded.items())},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Install a :meth:`state_dict` into this federation, built from the same scenario.
+
+        Raises
+        ------
+        InputError
+            Another layout version, or clients that do not match.
+        """
+        version = int(state.get("version", 0))
+        if not 1 <= version <= STATE_VERSION:
+            raise InputError(f"federation state version {version} is not 1..{STATE_VERSION}")
+        for cid, reason in state["excluded"].items():
+            if int(cid) not in self.excluded:
+                self.exclude(int(cid), str(reason))
+        saved = {int(c) for c in state["clients"]}
+        if saved != set(self.clients):
+            raise InputError(f"saved clients {sorted(saved)} != live {sorted(self.clients)}")
+        for cid, client in self.clients.items():
+            saved_client = state["clients"][str(cid)]
+            if "remote" in saved_client or not isinstance(client, Stateful):
+                raise InputError(
+                    f"client {cid} lives in another process: a saved state of it cannot be "
+                    "restored here (resuming is the in-process transport's)"
+                )
+            client.load_state_dict(saved_client)
+        self.head.load_state_dict(state["head"])
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """A client whose state this process holds (:class:`~simulator.federation.FederatedClient`)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def load_dataset(scenario: Scenario) -> Dataset:
@@ -81,7 +226,7 @@ def load_dataset(scenario: Scenario) -> Dataset:
     text = d.text
     ds = load_source(
         d.source,
-        rng=stage_rng(scenario.seed, "data"),
+        rng=child_rng(scenario.seed, "data"),
         path=d.path,
         label_column=d.label_column,
         classes=d.classes,
@@ -103,7 +248,7 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
     ids = np.arange(n, dtype=np.int64)
     public = np.zeros(0, dtype=np.int64)
     if scenario.model.extractor_data == "public":
-        rng = stage_rng(scenario.seed, "public")
+        rng = child_rng(scenario.seed, "public")
         k = round(scenario.model.public_fraction * n)
         public = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
         ids = np.setdiff1d(ids, public)
@@ -113,7 +258,7 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
         ds.y_train[ids],
         num_clients=p.num_clients,
         kind=p.kind,
-        rng=stage_rng(scenario.seed, "partition"),
+        rng=child_rng(scenario.seed, "partition"),
         alpha=p.alpha,
         features=None if flat is None else np.asarray(flat, dtype=np.float64),
     )
@@ -168,32 +313,29 @@ def build_federation(
     head = CertifiedHead(
         head_data,
         head_config(scenario),
-        rng=stage_rng(scenario.seed, "head"),
+        rng=child_rng(scenario.seed, "head"),
     )
-    eval_sets = build_eval_sets(scenario, ds, featurizer, stage_rng(scenario.seed, "ood"))
+    eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
     labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
     requests = generate_stream(
         scenario.stream,
         client_indices=shards,
         labels=labels,
         scenario_name=scenario.name,
-        rng=stage_rng(scenario.seed, "stream"),
+        rng=child_rng(scenario.seed, "stream"),
     )
     all_client = np.sort(np.concatenate(shards))
-    probe_rng = stage_rng(scenario.seed, "evaluation")
+    probe_rng = child_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))
-    return Federation(
+    data = FederationData(
         scenario,
         ds,
         shards,
         public,
         featurizer,
         Z,
-        clients,
-        head_data,
-        head,
         eval_sets,
         requests,
         probe.astype(np.int64),
-        transport=transport,
     )
+    return Federation(data, clients, head_data, head, transport=transport)

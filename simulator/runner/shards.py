@@ -18,8 +18,8 @@ from simulator.federation import FederatedClient, WeightingPlan
 from simulator.methods import method
 from simulator.runner.configs import decorrelation_config
 from simulator.runner.featurize import Featurizer
-from simulator.runner.seeds import stage_seed
 from simulator.scenario import Scenario
+from simulator.seeds import child_seed
 
 IntArray = NDArray[np.int64]
 
@@ -29,7 +29,7 @@ def weighting_plan(scenario: Scenario, client_id: int) -> WeightingPlan | None:
     if not method(scenario.method).decorrelates:
         return None
     config = decorrelation_config(scenario)
-    root = stage_seed(scenario.seed, "decorrelation")
+    root = child_seed(scenario.seed, "decorrelation")
     seed = int(np.random.SeedSequence([root, client_id]).generate_state(1)[0])
     return WeightingPlan(config, seed)
 

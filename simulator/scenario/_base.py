@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 #: Error type used for the collected problems (see ``problems.py``).
@@ -23,6 +23,40 @@ CHECK_ERROR_TYPE = "scenario_check"
 _NO_VALUE = object()
 
 Loc = tuple[str | int, ...]
+
+# Upper bounds of every size in the schema. They are far above what any machine can run (the
+# pre-flight estimate, ``simulator/scenario/preflight.py``, refuses what does not fit *this*
+# machine); they exist so that no validation step, estimate or loop ever meets a number so
+# large that it hangs or overflows (``n_classes: 10**18`` used to hang ``validate``).
+#: Rows of a data set, a batch or a sample (10^9).
+MAX_ROWS = 10**9
+#: Widths: input features, RFF features, hidden layers, vocabulary, sequence length (10^7).
+MAX_WIDTH = 10**7
+#: Classes of a synthetic task (10^5).
+MAX_CLASSES = 10**5
+#: Federated clients (10^5).
+MAX_CLIENTS = 10**5
+#: Attention heads, layers, RFF functions per column (10^4).
+MAX_LAYERS = 10**4
+#: Rounds, epochs, optimiser steps, batches between evaluations (10^7).
+MAX_ITERATIONS = 10**7
+#: Ticks of the deletion stream (10^8).
+MAX_TICKS = 10**8
+#: Deletion requests arriving in one tick (10^6).
+MAX_REQUESTS_PER_TICK = 10**6
+#: Simulated seconds of one tick (one year).
+MAX_TICK_SECONDS = 365 * 24 * 3600
+#: Real-valued scales: learning rates, noise, regularisation, sigma, epsilon (10^12).
+MAX_SCALE = 1e12
+#: Any other integer (seeds, class ids, checkpoints): beyond this it is not a real setting.
+MAX_INT = 2**53
+
+
+def _too_large(value: Any) -> bool:
+    """Whether ``value`` (or an item of a list) is an integer beyond :data:`MAX_INT`."""
+    if isinstance(value, list):
+        return any(_too_large(item) for item in value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT
 
 
 class Section(BaseModel):
@@ -45,6 +79,13 @@ class Section(BaseModel):
                     checks.add((key,), why)
             checks.raise_if_any()
         return data
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded_integers(cls, value: Any) -> Any:
+        if _too_large(value):
+            raise ValueError(f"integers should be at most 2**53 in magnitude (about {MAX_INT:.1e})")
+        return value
 
 
 @dataclass

@@ -12,7 +12,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from simulator.scenario._base import Checks, Section
+from simulator.scenario._base import (
+    MAX_ITERATIONS,
+    MAX_ROWS,
+    MAX_SCALE,
+    MAX_TICKS,
+    Checks,
+    Section,
+)
 
 
 class ShiftSpec(Section):
@@ -22,9 +29,12 @@ class ShiftSpec(Section):
         description="gaussian_noise: additive noise on inputs; rotation: rotate images; "
         "class_prior: resample the test labels to a new prior."
     )
-    start: int = Field(ge=0, description="Tick from which the shift is active.")
+    start: int = Field(ge=0, le=MAX_TICKS, description="Tick from which the shift is active.")
     severity: float | None = Field(
-        default=None, ge=0, description="Noise std (gaussian_noise) or degrees (rotation)."
+        default=None,
+        ge=0,
+        le=MAX_SCALE,
+        description="Noise std (gaussian_noise) or degrees (rotation).",
     )
     prior: list[float] | None = Field(
         default=None, description="Class prior over the in-distribution classes (class_prior)."
@@ -77,7 +87,9 @@ class OODSpec(Section):
 class EvaluationSpec(Section):
     """When metrics are computed."""
 
-    every: int = Field(default=1, ge=1, description="Deletion batches between cheap metrics.")
+    every: int = Field(
+        default=1, ge=1, le=MAX_ITERATIONS, description="Deletion batches between cheap metrics."
+    )
     checkpoints: list[int] = Field(
         default=[],
         description="Cumulative removed-sample counts at which the retrain reference is computed.",
@@ -93,7 +105,10 @@ class EvaluationSpec(Section):
         default=8, ge=2, le=256, description="Reference heads of offline LiRA (if 'lira')."
     )
     max_samples: int = Field(
-        default=2000, ge=10, description="Most forget/holdout/retain samples one attack uses."
+        default=2000,
+        ge=10,
+        le=MAX_ROWS,
+        description="Most forget/holdout/retain samples one attack uses.",
     )
     mmd_samples: int = Field(
         default=300, ge=4, le=5000, description="Rows per side of each MMD two-sample test."

@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from simulator.scenario._base import Checks, Section
+from simulator.scenario._base import (
+    MAX_CLASSES,
+    MAX_CLIENTS,
+    MAX_ROWS,
+    MAX_SCALE,
+    MAX_WIDTH,
+    Checks,
+    Section,
+)
 
 DataSource = Literal[
     "synthetic",
@@ -45,24 +53,28 @@ class TextSpec(Section):
         description="embedding: fixed sentence embeddings (any backbone); "
         "tokens: token ids for an lstm/transformer backbone.",
     )
-    max_len: int = Field(default=48, ge=1, description="Tokens kept per sentence (tokens only).")
+    max_len: int = Field(
+        default=48, ge=1, le=MAX_WIDTH, description="Tokens kept per sentence (tokens only)."
+    )
     vocab_size: int = Field(
-        default=5000, ge=2, description="Vocabulary size, incl. padding/unknown."
+        default=5000, ge=2, le=MAX_WIDTH, description="Vocabulary size, incl. padding/unknown."
     )
 
 
 class SyntheticSpec(Section):
     """Generator of a classification task with causal and spurious features."""
 
-    n_train: int = Field(default=2000, ge=1, description="Training samples.")
-    n_test: int = Field(default=1000, ge=1, description="Test samples.")
-    n_features: int = Field(default=20, ge=1, description="Input dimension.")
-    n_classes: int = Field(default=2, ge=2, description="Number of classes.")
+    n_train: int = Field(default=2000, ge=1, le=MAX_ROWS, description="Training samples.")
+    n_test: int = Field(default=1000, ge=1, le=MAX_ROWS, description="Test samples.")
+    n_features: int = Field(default=20, ge=1, le=MAX_WIDTH, description="Input dimension.")
+    n_classes: int = Field(default=2, ge=2, le=MAX_CLASSES, description="Number of classes.")
     n_causal: int = Field(default=5, ge=1, description="Features that cause the label.")
     spurious_strength: float = Field(
         default=0.9, ge=0, le=1, description="How strongly the spurious features track the label."
     )
-    noise: float = Field(default=0.5, ge=0, description="Std of the additive feature noise.")
+    noise: float = Field(
+        default=0.5, ge=0, le=MAX_SCALE, description="Std of the additive feature noise."
+    )
     correlation: float = Field(
         default=0.5, ge=0, lt=1, description="Correlation between neighbouring causal features."
     )
@@ -89,8 +101,12 @@ class DataSpec(Section):
     classes: list[int] | None = Field(
         default=None, description="In-distribution labels; samples of other labels become OOD."
     )
-    max_train: int | None = Field(default=None, ge=1, description="Cap on training samples.")
-    max_test: int | None = Field(default=None, ge=1, description="Cap on test samples.")
+    max_train: int | None = Field(
+        default=None, ge=1, le=MAX_ROWS, description="Cap on training samples."
+    )
+    max_test: int | None = Field(
+        default=None, ge=1, le=MAX_ROWS, description="Cap on test samples."
+    )
     test_fraction: float = Field(
         default=0.2, gt=0, lt=1, description="Test share when the source has no fixed split."
     )
@@ -147,11 +163,6 @@ class DataSpec(Section):
         return self
 
     @property
-    def is_text(self) -> bool:
-        """Whether the samples are sentences."""
-        return self.source in TEXT_SOURCES
-
-    @property
     def uses_tokens(self) -> bool:
         """Whether the model receives token ids (text source with ``tokens``)."""
         return self.text is not None and self.text.representation == "tokens"
@@ -169,9 +180,10 @@ class PartitionSpec(Section):
         default="iid",
         description="iid; dirichlet label skew; covariate skew; quantity skew.",
     )
-    num_clients: int = Field(default=5, ge=1, description="Number of clients.")
+    num_clients: int = Field(default=5, ge=1, le=MAX_CLIENTS, description="Number of clients.")
     alpha: float = Field(
         default=0.5,
         gt=0,
+        le=MAX_SCALE,
         description="Dirichlet concentration (dirichlet, quantity); smaller = skewier.",
     )

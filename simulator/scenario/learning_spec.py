@@ -13,7 +13,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from simulator.scenario._base import Checks, Section
+from simulator.scenario._base import (
+    MAX_ITERATIONS,
+    MAX_LAYERS,
+    MAX_ROWS,
+    MAX_SCALE,
+    MAX_WIDTH,
+    Checks,
+    Section,
+)
 
 
 class ModelSpec(Section):
@@ -24,19 +32,25 @@ class ModelSpec(Section):
         description="Extractor; identity feeds the raw inputs to the RFF map. "
         "lstm/transformer need data.text.representation: tokens.",
     )
-    feature_dim: int = Field(default=64, ge=1, description="Width of the extractor output h.")
+    feature_dim: int = Field(
+        default=64, ge=1, le=MAX_WIDTH, description="Width of the extractor output h."
+    )
     hidden: list[int] = Field(default=[128], description="Hidden layer widths of the mlp.")
     embed_dim: int = Field(
-        default=64, ge=1, description="Token embedding width (lstm/transformer)."
+        default=64, ge=1, le=MAX_WIDTH, description="Token embedding width (lstm/transformer)."
     )
-    heads: int = Field(default=2, ge=1, description="Attention heads (transformer).")
+    heads: int = Field(default=2, ge=1, le=MAX_LAYERS, description="Attention heads (transformer).")
     layers: int = Field(
-        default=1, ge=1, description="Recurrent / encoder layers (lstm/transformer)."
+        default=1, ge=1, le=MAX_LAYERS, description="Recurrent / encoder layers (lstm/transformer)."
     )
-    rounds: int = Field(default=3, ge=0, description="FedAvg rounds training the extractor.")
-    local_epochs: int = Field(default=1, ge=1, description="Local epochs per FedAvg round.")
-    batch_size: int = Field(default=64, ge=1, description="Local minibatch size.")
-    lr: float = Field(default=1e-3, gt=0, description="Extractor learning rate.")
+    rounds: int = Field(
+        default=3, ge=0, le=MAX_ITERATIONS, description="FedAvg rounds training the extractor."
+    )
+    local_epochs: int = Field(
+        default=1, ge=1, le=MAX_ITERATIONS, description="Local epochs per FedAvg round."
+    )
+    batch_size: int = Field(default=64, ge=1, le=MAX_ROWS, description="Local minibatch size.")
+    lr: float = Field(default=1e-3, gt=0, le=MAX_SCALE, description="Extractor learning rate.")
     extractor_data: Literal["private", "public"] = Field(
         default="private",
         description="public: extractor trained on a held-out pool never deleted from; "
@@ -54,6 +68,8 @@ class ModelSpec(Section):
     def _positive_widths(cls, hidden: list[int]) -> list[int]:
         if any(width < 1 for width in hidden):
             raise ValueError("widths should be >= 1")
+        if any(width > MAX_WIDTH for width in hidden) or len(hidden) > MAX_LAYERS:
+            raise ValueError(f"at most {MAX_LAYERS} widths, each at most {MAX_WIDTH}")
         return hidden
 
     @model_validator(mode="after")
@@ -77,7 +93,7 @@ class ModelSpec(Section):
 class RFFSpec(Section):
     """Random Fourier feature map ``u(h) = sqrt(2/m) cos(h Omega + phi)``."""
 
-    dim: int = Field(default=512, ge=1, description="Number of random features m.")
+    dim: int = Field(default=512, ge=1, le=MAX_WIDTH, description="Number of random features m.")
     bandwidth: float | Literal["median"] = Field(
         default="median",
         description="Kernel bandwidth sigma (Omega ~ N(0, 1/sigma^2)); "
@@ -91,6 +107,8 @@ class RFFSpec(Section):
             return value
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError("should be a number > 0 or 'median'")
+        if not value <= MAX_SCALE:  # also NaN
+            raise ValueError(f"should be a number <= {MAX_SCALE:g} or 'median'")
         return value
 
 
@@ -118,19 +136,30 @@ class DecorrelationSpec(Section):
     features: int | None = Field(
         default=64,
         ge=1,
+        le=MAX_WIDTH,
         description="Feature columns whose pairwise dependence is penalised "
         "(a fixed random subset; null = all).",
     )
-    functions: int = Field(default=1, ge=1, description="Random Fourier functions per column.")
-    steps: int = Field(
-        default=100, ge=0, description="Adam steps of every fit (from uniform weights)."
+    functions: int = Field(
+        default=1, ge=1, le=MAX_LAYERS, description="Random Fourier functions per column."
     )
-    lr: float = Field(default=0.05, gt=0, description="Learning rate of the weight optimiser.")
+    steps: int = Field(
+        default=100,
+        ge=0,
+        le=MAX_ITERATIONS,
+        description="Adam steps of every fit (from uniform weights).",
+    )
+    lr: float = Field(
+        default=0.05, gt=0, le=MAX_SCALE, description="Learning rate of the weight optimiser."
+    )
     penalty: float = Field(
-        default=0.1, ge=0, description="Weight of the sum-of-squares penalty on w."
+        default=0.1, ge=0, le=MAX_SCALE, description="Weight of the sum-of-squares penalty on w."
     )
     max_weight: float | None = Field(
-        default=None, ge=1, description="Cap on every weight (>= 1, the mean); null = no cap."
+        default=None,
+        ge=1,
+        le=MAX_SCALE,
+        description="Cap on every weight (>= 1, the mean); null = no cap.",
     )
 
 
@@ -142,9 +171,13 @@ class HeadSpec(Section):
         "'data'), worst, or exact (a diagnostic; see docs/certified-head.md)",
     }
 
-    lam: float = Field(default=1e-3, gt=0, description="L2 regularisation lambda (times n).")
-    sigma: float = Field(default=10.0, gt=0, description="Std of the perturbation vector b.")
-    epsilon: float = Field(default=1.0, gt=0, description="Certificate epsilon.")
+    lam: float = Field(
+        default=1e-3, gt=0, le=MAX_SCALE, description="L2 regularisation lambda (times n)."
+    )
+    sigma: float = Field(
+        default=10.0, gt=0, le=MAX_SCALE, description="Std of the perturbation vector b."
+    )
+    epsilon: float = Field(default=1.0, gt=0, le=MAX_SCALE, description="Certificate epsilon.")
     delta: float = Field(default=1e-4, gt=0, lt=1, description="Certificate delta.")
     accounting: Literal["guo", "worst", "exact"] = Field(
         default="guo",
@@ -159,10 +192,13 @@ class HeadSpec(Section):
         "events' residual_exact; one gradient round over all clients per batch). Default (null): "
         "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
-    tol: float = Field(default=1e-8, gt=0, description="Gradient-norm tolerance of head training.")
+    tol: float = Field(
+        default=1e-8, gt=0, le=MAX_SCALE, description="Gradient-norm tolerance of head training."
+    )
     refresh_every: int = Field(
         default=0,
         ge=0,
+        le=MAX_ITERATIONS,
         description="Retrain the head every N deletion batches (0 = only on budget).",
     )
     retrain: Literal["warm", "cold"] = Field(

@@ -34,7 +34,13 @@ def parse_override(text: str) -> tuple[Path, Any]:
     try:
         value = yaml.safe_load(value_text) if value_text.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"value is not valid YAML ({exc})", f"--set {key}") from exc
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"value is not valid YAML ({problem}{where}; quote a string: {key}='...')",
+            f"--set {key}",
+        ) from exc
     return path, value
 
 

@@ -12,7 +12,15 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from simulator.scenario._base import Checks, Section
+from simulator.scenario._base import (
+    MAX_CLIENTS,
+    MAX_REQUESTS_PER_TICK,
+    MAX_ROWS,
+    MAX_TICK_SECONDS,
+    MAX_TICKS,
+    Checks,
+    Section,
+)
 
 
 class Target(Section):
@@ -46,18 +54,20 @@ class Target(Section):
 class Burst(Section):
     """Extra requests on every ``every``-th tick of a phase (ticks 0, every, 2 every, ...)."""
 
-    every: int = Field(ge=1, description="Period in ticks.")
-    size: int = Field(ge=1, description="Extra requests on a burst tick.")
+    every: int = Field(ge=1, le=MAX_TICKS, description="Period in ticks.")
+    size: int = Field(ge=1, le=MAX_REQUESTS_PER_TICK, description="Extra requests on a burst tick.")
 
 
 class Phase(Section):
     """A stretch of ticks with one arrival rate and one target."""
 
     name: str = Field(min_length=1, description="Label of the phase (unique).")
-    ticks: int = Field(ge=1, description="Length in ticks.")
-    rate: float = Field(ge=0, description="Mean requests per tick (Poisson).")
+    ticks: int = Field(ge=1, le=MAX_TICKS, description="Length in ticks.")
+    rate: float = Field(
+        ge=0, le=MAX_REQUESTS_PER_TICK, description="Mean requests per tick (Poisson)."
+    )
     samples_per_request: int = Field(
-        default=1, ge=1, description="Sample ids named by one request."
+        default=1, ge=1, le=MAX_ROWS, description="Sample ids named by one request."
     )
     target: Target = Field(default=Target(), description="Which samples are deleted.")
     burst: Burst | None = Field(default=None, description="Periodic extra requests.")
@@ -66,8 +76,8 @@ class Phase(Section):
 class Withdrawal(Section):
     """A whole client leaves the federation at a tick (client-level removal)."""
 
-    client: int = Field(ge=0, description="Client index.")
-    at: int = Field(ge=0, description="Tick of the withdrawal.")
+    client: int = Field(ge=0, le=MAX_CLIENTS, description="Client index.")
+    at: int = Field(ge=0, le=MAX_TICKS, description="Tick of the withdrawal.")
 
 
 class StreamSpec(Section):
@@ -78,14 +88,18 @@ class StreamSpec(Section):
         description="scenario: generated in-process from phases; kafka: read from a topic.",
     )
     tick_seconds: float = Field(
-        default=1.0, gt=0, description="Simulated seconds per tick (timestamps of requests)."
+        default=1.0,
+        gt=0,
+        le=MAX_TICK_SECONDS,
+        description="Simulated seconds per tick (timestamps of requests).",
     )
     max_batch_requests: int = Field(
-        default=100, ge=1, description="Most requests applied as one deletion batch."
+        default=100, ge=1, le=MAX_ROWS, description="Most requests applied as one deletion batch."
     )
     rows_per_subject: int = Field(
         default=16,
         ge=1,
+        le=MAX_ROWS,
         description="Rows of one data subject (a client's rows in id order, cut into groups); "
         "a request deletes rows of one subject.",
     )

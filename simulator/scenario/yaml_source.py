@@ -35,28 +35,58 @@ class YamlDocument:
         return None
 
 
-def _walk(
-    loader: yaml.SafeLoader, node: yaml.Node, path: Path, lines: dict[Path, int], source: str
-) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
-                continue
-            key = loader.construct_object(key_node)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise ConfigError(
-                    f"duplicate key '{key}' (first on line {seen[key]})",
-                    f"{source}:{line}",
-                )
-            seen[key] = line
-            lines[(*path, key)] = line
-            _walk(loader, value_node, (*path, key), lines, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[(*path, index)] = item.start_mark.line + 1
-            _walk(loader, item, (*path, index), lines, source)
+#: Most nodes a scenario document may have once aliases are expanded (a scenario has a few
+#: hundred; an alias "bomb" would otherwise make validation exponential).
+MAX_NODES = 100_000
+
+
+@dataclass
+class _Walk:
+    """State of one walk over the node tree: the line map, a node budget, the open nodes."""
+
+    loader: yaml.SafeLoader
+    source: str
+    lines: dict[Path, int] = field(default_factory=dict)
+    nodes: int = 0
+    open: set[int] = field(default_factory=set)
+
+    def visit(self, node: yaml.Node, path: Path) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ConfigError(
+                f"the document expands to more than {MAX_NODES:,} nodes (aliases?); "
+                "a scenario is a few hundred",
+                self.source,
+            )
+        if id(node) in self.open:
+            line = node.start_mark.line + 1
+            raise ConfigError("an alias refers to a node that contains it", f"{self.source}:{line}")
+        self.open.add(id(node))
+        try:
+            self._children(node, path)
+        finally:
+            self.open.discard(id(node))
+
+    def _children(self, node: yaml.Node, path: Path) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.loader.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ConfigError(
+                        f"duplicate key '{key}' (first on line {seen[key]})",
+                        f"{self.source}:{line}",
+                    )
+                seen[key] = line
+                self.lines[(*path, key)] = line
+                self.visit(value_node, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self.lines[(*path, index)] = item.start_mark.line + 1
+                self.visit(item, (*path, index))
 
 
 def parse_yaml(text: str, source: str) -> YamlDocument:
@@ -66,15 +96,17 @@ def parse_yaml(text: str, source: str) -> YamlDocument:
     ------
     ConfigError
         On a syntax error (with line and column), on several documents in one
-        file, or on a duplicate key.
+        file, a duplicate key, a recursive alias or a document that expands past
+        :data:`MAX_NODES` nodes.
     """
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return YamlDocument(None)
-        lines: dict[Path, int] = {}
-        _walk(loader, node, (), lines, source)
+        walk = _Walk(loader, source)
+        walk.visit(node, ())
+        lines = walk.lines
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

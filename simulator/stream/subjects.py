@@ -53,10 +53,6 @@ class SubjectRegistry:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.names)})
 
-    @property
-    def num_subjects(self) -> int:
-        return len(self.names)
-
     def index(self, subject: str) -> int:
         """Index of a subject name; -1 when no such subject exists."""
         return self._index.get(subject, -1)

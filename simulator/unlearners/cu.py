@@ -35,9 +35,9 @@ from torch import Tensor, nn
 
 from simulator.errors import ConfigError, NumericalError
 from simulator.models import ExtractorWithHead, seeded_rng
+from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import as_input, build_network, device_of, network_proba
-from simulator.unlearners.seeds import child_rng, child_torch
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from typing import ClassVar
 import numpy as np
 
 from simulator.features.decorrelation import DecorrelationConfig, Objective, fit_weights
+from simulator.seeds import child_seed
 from simulator.unlearners.base import FloatArray, IntArray
 from simulator.unlearners.headbased import CertifiedHeadUnlearner, SampleWeights
-from simulator.unlearners.seeds import child_seed
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from simulator.errors import ConfigError, DataUnavailableError
 from simulator.models import ExtractorWithHead, load_arrays, seeded_rng, state_to_arrays
+from simulator.seeds import child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import as_input, build_network, device_of, network_proba
-from simulator.unlearners.seeds import child_torch
 
 
 @dataclass(frozen=True)

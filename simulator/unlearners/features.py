@@ -19,9 +19,9 @@ from numpy.typing import NDArray
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.metrics.scores import class_probabilities
 from simulator.models import ExtractorWithHead, extract_features
+from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, train_network
-from simulator.unlearners.seeds import child_rng, child_torch
 
 
 @dataclass

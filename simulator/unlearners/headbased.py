@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from simulator.head import CertifiedHead, LocalHeadData
 from simulator.head.data import Reweigher
 from simulator.methods import method
+from simulator.seeds import child_rng
 from simulator.unlearners.base import (
     BaseUnlearner,
     FitReport,
@@ -29,7 +30,6 @@ from simulator.unlearners.base import (
     TrainingSet,
 )
 from simulator.unlearners.features import Featurizer, head_proba, train_featurizer
-from simulator.unlearners.seeds import child_rng
 
 #: The note every result of a head-only certificate carries (``method.md`` section 1).
 EXTRACTOR_NOTE = (

@@ -9,7 +9,7 @@ use it only to train the extractor and then discard its linear layer (``features
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -110,13 +110,20 @@ def network_proba(model: nn.Module, x: NDArray[Any], device: torch.device) -> Fl
 
 
 def mean_squared_gradients(
-    model: nn.Module, x: NDArray[Any], y: IntArray, device: torch.device
+    model: nn.Module,
+    x: NDArray[Any],
+    y: IntArray,
+    device: torch.device,
+    *,
+    per_sample: Literal["auto", "vmap", "loop"] = "auto",
 ) -> dict[str, Tensor]:
     """Diagonal empirical Fisher ``E_i[(d loss_i / d theta)^2]`` of every parameter.
 
     Per-sample gradients of the cross-entropy come from ``torch.func`` (vmap of grad) in eval
     mode; token models, whose padding compaction is data dependent, fall back to one backward
-    pass per sample. This is the importance of Foster et al. (AAAI 2024, SSD, eq. 2-3).
+    pass per sample (``per_sample="loop"`` forces the fallback, which tests compare with the
+    vmap path, as opacus does for its grad samplers). This is the importance of Foster et al.
+    (AAAI 2024, SSD, eq. 2-3).
     """
     if len(x) == 0:
         raise InputError("importances need at least one sample")
@@ -126,11 +133,14 @@ def mean_squared_gradients(
     total = {k: torch.zeros_like(v) for k, v in params.items()}
     inputs, targets = as_input(x, device), torch.as_tensor(y, dtype=torch.int64, device=device)
     try:
-        per_sample = _per_sample_fn(model) if not np.issubdtype(x.dtype, np.integer) else None
+        vectorised = per_sample == "vmap" or (
+            per_sample == "auto" and not np.issubdtype(x.dtype, np.integer)
+        )
+        batched = _per_sample_fn(model) if vectorised else None
         for start in range(0, len(x), GRADIENT_CHUNK):
             xb, yb = inputs[start : start + GRADIENT_CHUNK], targets[start : start + GRADIENT_CHUNK]
-            if per_sample is not None:
-                grads = per_sample(params, xb, yb)
+            if batched is not None:
+                grads = batched(params, xb, yb)
                 for k in total:
                     total[k] += (grads[k] ** 2).sum(dim=0)
             else:

@@ -27,9 +27,9 @@ from numpy.typing import NDArray
 
 from simulator.errors import ConfigError
 from simulator.models import ExtractorWithHead, StateArrays, load_arrays, state_to_arrays
+from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, network_proba, train_network
-from simulator.unlearners.seeds import child_rng, child_torch
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from simulator.errors import ConfigError
 from simulator.models import ExtractorWithHead
+from simulator.seeds import child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import (
     build_network,
@@ -29,7 +30,6 @@ from simulator.unlearners.networks import (
     network_proba,
     train_network,
 )
-from simulator.unlearners.seeds import child_torch
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
-"""Named child seeds: every random choice of an unlearner derives from its ``fit`` seed.
+"""Named child seeds: every random choice derives from one root seed through a name path.
 
-A child depends only on the root seed and its name path, never on how much randomness other
-stages used, so e.g. SISA's shard 3 slice 2 is trained with the same generator whether it is
-trained at :meth:`fit` or retrained after a deletion.
+A run's stages (``child_rng(scenario.seed, "partition")``, ``"rff"``, ``"head"``, ``"stream"``
+...) and an unlearner's (``child_rng(fit_seed, "sisa", shard, slice)``) each get a generator
+that depends only on the root seed and its name path, never on how much randomness other
+stages used: a run stays reproducible when a stage is added or removed, and e.g. SISA's shard
+3 slice 2 is trained with the same generator whether it is trained at ``fit`` or retrained
+after a deletion.
 """
 
 from __future__ import annotations

@@ -1,0 +1,73 @@
+"""The one way to limit threads: BLAS (numpy, through threadpoolctl) and torch's intra-op pool.
+
+:func:`thread_limits` runs its body with the given counts and restores the previous ones.
+
+* BLAS around the small, memory-bound kernels of sequential removal: on these 2-core machines
+  OpenBLAS's threaded level-2 kernels (matrix-vector products, triangular solves) run up to 20x
+  *slower* than single-threaded ones (measured: a 1024 x 1024 float64 matvec takes 3.9 ms with
+  2 threads and 0.19 ms with 1). Large level-3 work (Hessian sums, Cholesky factorisations)
+  still gains from threads, so :func:`single_threaded_blas` is applied only around the
+  per-removal kernels, never globally, and :func:`all_blas_threads` restores the initial count
+  inside it (a retrain triggered by a single removal is level-3 work).
+* torch for a comparison: the networks are small, and on the shared 2-core machines torch's
+  default of two intra-op threads made a tiny MLP's Hessian-vector product about 20x slower
+  than one thread (measured: 89 ms vs 4.3 ms under load), skewing the removal-time comparison
+  towards whichever method ran while the other core was free (``compare --torch-threads``).
+* BLAS for a whole Kafka consumer (``run --stream kafka --blas-threads N``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from functools import cache
+from typing import Any
+
+import numpy as np  # noqa: F401  (threadpoolctl must see numpy's BLAS already loaded)
+
+
+@cache
+def _controller() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        return None
+    return ThreadpoolController()
+
+
+@cache
+def _initial_threads() -> int | None:
+    """BLAS threads before any limit of ours (read once, when the controller is created)."""
+    controller = _controller()
+    if controller is None:  # pragma: no cover
+        return None
+    counts = [int(info["num_threads"]) for info in controller.info() if info["user_api"] == "blas"]
+    return max(counts) if counts else None
+
+
+@contextmanager
+def thread_limits(*, blas: int | None = None, torch: int | None = None) -> Iterator[None]:
+    """Run the body with ``blas`` BLAS threads and ``torch`` intra-op threads (None: leave
+    that pool as it is); both are restored afterwards."""
+    with ExitStack() as stack:
+        controller = _controller()
+        if blas is not None and controller is not None:
+            _initial_threads()  # record the unlimited count before any limit
+            stack.enter_context(controller.limit(limits=max(1, blas), user_api="blas"))
+        if torch is not None:
+            import torch as torch_module  # only when asked: the head never needs torch
+
+            previous = torch_module.get_num_threads()
+            torch_module.set_num_threads(max(1, torch))
+            stack.callback(torch_module.set_num_threads, previous)
+        yield
+
+
+def single_threaded_blas(enabled: bool = True) -> AbstractContextManager[None]:
+    """BLAS limited to one thread for the body (a no-op when ``enabled`` is False)."""
+    return thread_limits(blas=1 if enabled else None)
+
+
+def all_blas_threads() -> AbstractContextManager[None]:
+    """BLAS's initial thread count for the body, also inside :func:`single_threaded_blas`."""
+    return thread_limits(blas=_initial_threads())

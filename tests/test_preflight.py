@@ -1,0 +1,152 @@
+"""Pre-flight checks: data files, optional packages, the memory estimate, the output folder, the
+metrics port and the Kafka broker, each refused before any training with one line naming the
+key or option (real sockets and files; nothing is mocked)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from server.cli import main, report_error
+from server.preflight import check_broker, check_output, check_port
+from simulator.errors import ConfigError
+from simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from simulator.scenario.preflight import available_memory, estimate, human_bytes, preflight
+
+ROOT = Path(__file__).parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+GiB = 2**30
+
+
+def scenario(*overrides: str):  # type: ignore[no-untyped-def]
+    return load_scenario(QUICKSTART, overrides)
+
+
+def test_every_shipped_scenario_passes_preflight_here() -> None:
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        report = preflight(load_scenario(path), source=str(path))
+        assert 0 < report.estimate.nbytes < 4 * GiB, path
+        assert "memory ~" in report.summary() and "time ~" in report.summary()
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("data.synthetic.n_train=100000000", "data.synthetic.n_train"),
+        ("data.synthetic.n_test=500000000", "data.synthetic.n_test"),
+        ("rff.dim=1000000", "rff.dim"),
+        ("data.synthetic.n_classes=100000", "data.synthetic.n_classes"),
+        ("model.hidden=[1000000, 1000000]", "model.hidden"),
+    ],
+)
+def test_memory_that_cannot_fit_is_refused_naming_the_key(override: str, key: str) -> None:
+    s = scenario(override)
+    with pytest.raises(ScenarioError) as info:
+        preflight(s, source="q.yaml", available=16 * GiB)
+    (problem,) = info.value.problems
+    assert problem.path == key
+    text = str(info.value)
+    assert text.startswith(f"q.yaml: {key}: the run needs about ")
+    assert "16.0 GiB available" in text and "\n" not in text
+
+
+def test_the_estimate_grows_with_the_sizes_and_is_quick() -> None:
+    small, big = scenario(), scenario("rff.dim=4096")
+    assert estimate(big).nbytes > 10 * estimate(small).nbytes
+    assert estimate(big).seconds > estimate(small).seconds
+    start = time.monotonic()
+    estimate(scenario("rff.dim=10000000", "data.synthetic.n_train=1000000000"))
+    assert time.monotonic() - start < 0.5
+    assert human_bytes(1536) == "1.5 KiB"
+    available = available_memory()
+    assert available is None or available > 0
+
+
+def test_missing_data_files_are_named_before_loading(tmp_path: Path) -> None:
+    text = f"""
+name: files
+data: {{source: csv, path: {tmp_path / "nope.csv"}, label_column: y}}
+stream: {{phases: [{{name: a, ticks: 2, rate: 1}}]}}
+"""
+    with pytest.raises(ScenarioError) as info:
+        preflight(parse_scenario(text), source="f.yaml")
+    assert [p.path for p in info.value.problems] == ["data.path"]
+    assert "no such file or folder" in str(info.value)
+    fashion = parse_scenario(
+        f"name: f\ndata: {{source: fashion_mnist, path: {tmp_path / 'missing'}}}\n"
+        "stream: {phases: [{name: a, ticks: 2, rate: 1}]}\n"
+    )
+    with pytest.raises(ScenarioError, match=r"data\.path: no such file"):
+        preflight(fashion)
+
+
+def test_validate_prints_the_estimate_and_checks_this_machine(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["validate", str(QUICKSTART)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ok    {QUICKSTART}  (memory ~") and "available" in out
+    assert main(["validate", str(QUICKSTART), "--set", "rff.dim=2000000"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"error {QUICKSTART}: rff.dim: the run needs about ")
+    assert main(["validate", "--schema-only", str(QUICKSTART), "--set", "rff.dim=2000000"]) == 0
+    assert capsys.readouterr().out.strip() == f"ok    {QUICKSTART}"
+
+
+def test_run_refuses_a_busy_metrics_port_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match="already in use"):
+            check_port(port, "127.0.0.1")
+        assert main(["run", str(QUICKSTART), "--metrics-port", str(port), "--no-plots"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"error: --metrics-port: port {port} on 127.0.0.1 is already in use; "
+        "choose another (0: any free port)"
+    )
+    check_port(0, "127.0.0.1")
+
+
+def test_run_refuses_an_output_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("hello")
+    assert main(["run", str(QUICKSTART), "--output", str(readme)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: --output: {readme} is a file, not a folder; give a folder"
+    assert readme.read_text() == "hello"
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        check_output(str(readme / "sub"), "--output")
+    check_output(str(tmp_path / "new" / "deeper"), "--output")
+
+
+def test_kafka_run_fails_fast_when_no_broker_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    argv = ["run", str(QUICKSTART), "--stream", "kafka", "--bootstrap", f"127.0.0.1:{port}"]
+    assert main(argv) == 2
+    assert time.monotonic() - start < 15  # not after training (72 s before)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --bootstrap: no Kafka broker answers at 127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match="expected HOST:PORT"):
+        check_broker("nonsense", wait=0)
+    with socket.socket() as listener:  # something listening passes at once
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        check_broker(f"127.0.0.1:{listener.getsockname()[1]}", wait=1)
+
+
+def test_the_error_printer_keeps_square_brackets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert report_error("install it: pip install 'unlearnsim[survey]'\n[bold]second[/]") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: install it: pip install 'unlearnsim[survey]'",
+        "error: [bold]second[/]",
+    ]
