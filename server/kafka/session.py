@@ -27,6 +27,7 @@ from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.recorder import RunRecorder
+from simulator.runner.run_folder import tracked
 from simulator.runner.setup import Federation
 
 SUMMARY_KEYS = (
@@ -65,8 +66,25 @@ def consume(
     """Consume ``config``'s requests topic into ``fed``; write the run folder ``out``.
 
     Returns the end event (``kafka``: the consumer's summary). ``ready``: the ready file
-    (default ``STATE_DIR/ready``).
+    (default ``STATE_DIR/ready``). ``out/run.json`` records the session (left to the command
+    when it already tracks the folder: :func:`simulator.runner.run_folder.tracked`).
     """
+    state = str(config.state_dir.resolve())
+    with tracked(out, scenario=fed.scenario.name, kafka_state_dir=state):
+        return _consume(fed, config, out, console, on_event, ready=ready, plots=plots)
+
+
+def _consume(
+    fed: Federation,
+    config: ConsumerConfig,
+    out: Path,
+    console: Console,
+    on_event: Sequence[EventHook],
+    *,
+    ready: Path | None,
+    plots: bool,
+) -> dict[str, Any]:
+    """:func:`consume`'s body inside its ``run.json``."""
     from server.kafka.checkpoint import CheckpointStore
     from simulator.runner.run import print_summary, verdict_lines
 

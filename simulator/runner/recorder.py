@@ -34,7 +34,7 @@ from simulator.runner.outputs import (
     summary_tables,
 )
 from simulator.runner.pipeline import BatchOutcome
-from simulator.runner.run_folder import RunManifest
+from simulator.runner.run_folder import RunManifest, read_manifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
 from simulator.runner.setup import Federation
@@ -86,6 +86,9 @@ class RunRecorder:
         """Write the resolved scenario and the ``start`` event (the model before deleting)."""
         self.writer.text("resolved_scenario.yaml", scenario_to_yaml(fed.scenario))
         self.start_event = start_event(fed)
+        run_id = read_manifest(self.folder).get("id")
+        if run_id:  # the id in run.json, also the metrics' run_id label
+            self.start_event["run_id"] = run_id
         self.emit(self.start_event, fed)
         return self.start_event
 
