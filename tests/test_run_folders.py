@@ -55,7 +55,7 @@ def test_each_run_gets_its_own_folder_and_latest(tmp_path: Path) -> None:
         assert "git" in info  # a commit in a checkout, null elsewhere
         assert (folder / "metrics.json").exists() and (folder / "summary.md").exists()
         start = json.loads((folder / "events.jsonl").read_text().splitlines()[0])
-        assert start["event"] == "start" and start["run_id"] == info["id"]  # the metrics' label
+        assert start["event"] == "start" and start["run_id"] == f"quickstart-{info['id']}"
 
 
 def test_explicit_output_refused_unless_overwrite(

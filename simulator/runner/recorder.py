@@ -87,8 +87,8 @@ class RunRecorder:
         self.writer.text("resolved_scenario.yaml", scenario_to_yaml(fed.scenario))
         self.start_event = start_event(fed)
         run_id = read_manifest(self.folder).get("id")
-        if run_id:  # the id in run.json, also the metrics' run_id label
-            self.start_event["run_id"] = run_id
+        if run_id:  # <scenario>-<run.json's id>: the metrics' run_id label
+            self.start_event["run_id"] = f"{fed.scenario.name}-{run_id}"
         self.emit(self.start_event, fed)
         return self.start_event
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import secrets
 import shutil
 import subprocess
@@ -184,7 +185,8 @@ class RunManifest:
         if earlier.get("status") == "running" and _alive(earlier):
             self._write({**earlier, **self.extra})
             return
-        rid = earlier.get("id") or self.folder.name.rsplit("-", 1)[-1][:8] or new_run_id()
+        named = re.fullmatch(r"\d{8}T\d{6}Z-([0-9a-f]{8})", self.folder.name)
+        rid = earlier.get("id") or (named.group(1) if named else new_run_id())
         data: dict[str, Any] = {
             "id": rid,
             "started_at": now_iso(),
