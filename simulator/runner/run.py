@@ -86,8 +86,16 @@ def _play(
     transport: ClientTransport | None,
 ) -> tuple[dict[str, Any], list[tuple[str, str]], RunRecorder]:
     """Build, stream, finish (:func:`run_scenario`'s body inside its ``run.json``)."""
-    with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor"):
-        fed = build_federation(scenario, transport=transport)
+    with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor") as st:
+        rounds = scenario.model.rounds
+
+        def on_round(done: int, loss: float) -> None:  # FedAvg progress while it trains
+            st.update(
+                f"[bold]{scenario.name}[/]: training the extractor, FedAvg round {done}/{rounds} "
+                f"done (loss {loss:.4f}); then the head"
+            )
+
+        fed = build_federation(scenario, transport=transport, extractor_progress=on_round)
     recorder = RunRecorder(folder, on_event=on_event, plots=plots)  # no empty logs on failure
     try:
         recorder.start(fed)
