@@ -226,9 +226,13 @@ def test_run_config_round_trips_and_matches_pyproject() -> None:
     from server.kafka.cli import consumer_config
     from server.kafka.topics import Topics
 
-    default = consumer_config(StreamSettings(bootstrap="x:1"), APP_DIR)
+    tiny = load_scenario(APP_DIR / "scenarios" / "federation_tiny.yaml")
+    default = consumer_config(StreamSettings(bootstrap="x:1"), APP_DIR, tiny)
     assert default.topics == Topics()
+    # micro-batches of the scenario's stream.max_batch_requests unless the settings say
     assert (default.batch.max_requests, default.batch.max_wait) == (
-        BatchPolicy().max_requests,
+        tiny.stream.max_batch_requests,
         BatchPolicy().max_wait,
     )
+    capped = consumer_config(StreamSettings(bootstrap="x:1", max_batch_requests=3), APP_DIR, tiny)
+    assert capped.batch.max_requests == 3
