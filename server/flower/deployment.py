@@ -116,8 +116,11 @@ def run_deployed(
 
 @contextmanager
 def _terminate_cleanly() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise instead of killing the process, so the processes we started are
-    stopped on the way out (a plain SIGTERM would skip every ``finally``)."""
+    """Turn SIGTERM/SIGHUP into an exception for the duration of the block.
+
+    SIGTERM/SIGHUP raise instead of killing the process, so the processes we started are
+    stopped on the way out (a plain SIGTERM would skip every ``finally``).
+    """
 
     def stop(signum: int, frame: object) -> None:
         raise FlowerProcessError(f"interrupted by signal {signum}; stopping the Flower processes")
@@ -170,9 +173,12 @@ def _submit(home: Path, flower: Path, config: RunConfig) -> str:
 
 
 def stage_app(dest: Path) -> Path:
-    """The app's files (``fab-include`` of ``[tool.flwr.app]``, and ``pyproject.toml``) copied
+    """Copy the Flower app's files to ``dest``.
+
+    The app's files (``fab-include`` of ``[tool.flwr.app]``, and ``pyproject.toml``) copied
     to ``dest``: ``flwr run`` walks every file under the folder it is given before it filters
-    (in a checkout, the virtual environment's tens of thousands: seconds of a run's start)."""
+    (in a checkout, the virtual environment's tens of thousands: seconds of a run's start).
+    """
     project = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
     shutil.rmtree(dest, ignore_errors=True)
     files = {APP_DIR / "pyproject.toml", APP_DIR / "README.md"}

@@ -185,14 +185,18 @@ class Publisher:
             log.debug("closing a failed producer raised", exc_info=True)
 
     def close(self) -> None:
+        """Close the producer, waiting at most ``flush_timeout`` for pending records."""
         if self._producer is not None:
             self._producer.close(timeout=self.flush_timeout)
             self._producer = None
 
 
 def producer_settings(bootstrap: str) -> dict[str, Any]:
-    """Idempotent, acknowledged by all replicas, small linger, bounded blocking; TLS/SASL
-    from the environment (:mod:`server.kafka.security`)."""
+    """Producer settings for the ``kafka-python`` client.
+
+    Idempotent, acknowledged by all replicas, small linger, bounded blocking; TLS/SASL
+    from the environment (:mod:`server.kafka.security`).
+    """
     return {
         "bootstrap_servers": bootstrap,
         "acks": "all",

@@ -130,8 +130,11 @@ class MetricsExporter:
 
     # ------------------------------------------------------------------ serving
     def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` in a daemon thread;
-        returns the bound port."""
+        """Serve the metrics and health endpoints.
+
+        Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` in a daemon thread;
+        returns the bound port.
+        """
         metrics = make_wsgi_app(self.registry)
         checks = {"/healthz": self.health.liveness, "/readyz": self.health.readiness}
 

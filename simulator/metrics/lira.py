@@ -50,6 +50,7 @@ class LiraReferences:
 
     @property
     def count(self) -> int:
+        """Number of reference heads R."""
         return int(self.heads.shape[0])
 
 

@@ -212,8 +212,11 @@ def _recover(
     wanted: Mapping[str, list[int]],
     held: set[str],
 ) -> tuple[dict[int, str], dict[str, str]]:
-    """Exclude the failed clients, retrain on the others; the failures and, per request whose
-    rows were not all confirmed deleted, why it is rejected."""
+    """Retrain without the clients that failed a deletion.
+
+    Exclude the failed clients, retrain on the others; the failures and, per request whose
+    rows were not all confirmed deleted, why it is rejected.
+    """
     retained = {cid: {int(i) for i in c.retained_ids} for cid, c in fed.clients.items()}
     failures = dict(err.clients)
     pending = dict(err.clients)
