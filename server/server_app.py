@@ -39,7 +39,7 @@ SERVER_LOG = "flower-server.log"
 EventCallback = Callable[[dict[str, Any], Any], None]
 
 
-def run_on_grid(
+def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each defaulted)
     grid: Grid,
     scenario: Scenario,
     settings: FleetSettings,
@@ -91,7 +91,7 @@ def run_on_grid(
         (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
 
 
-def consume_on_grid(
+def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
     flower: FlowerTransport,
     scenario: Scenario,
     stream: StreamSettings,
@@ -127,7 +127,7 @@ def consume_on_grid(
     return RunResult(folder, end, [])
 
 
-def make_server_app(
+def make_server_app(  # noqa: PLR0913 (binds run_on_grid's keyword-only options)
     scenario: Scenario,
     settings: FleetSettings,
     *,

@@ -106,7 +106,7 @@ def send_times(
     return None
 
 
-def replay_requests(
+def replay_requests(  # noqa: PLR0913 (keyword-only send options, each defaulted)
     requests: Sequence[DeletionRequest],
     *,
     bootstrap: str,

@@ -45,7 +45,7 @@ class FederatedClient:
     weighting : decorrelation plan, or None for uniform weights (CR).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (constructor: a shard's arrays, keyword-only plans)
         self,
         client_id: int,
         sample_ids: IntArray,

@@ -54,7 +54,7 @@ class LiraReferences:
         return int(self.heads.shape[0])
 
 
-def train_references(
+def train_references(  # noqa: PLR0913 (keyword-only hyperparameters of the reference heads)
     features: FloatArray,
     labels: IntArray,
     retained: IntArray,
