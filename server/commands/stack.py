@@ -106,7 +106,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 class WaitProgress:
     """Progress display of ``stack up --wait``.
 
-    Progress of ``stack up --wait``: a live status line on a terminal (elapsed time, the
+    A live status line on a terminal (elapsed time, the
     server's last log line, services that exited), else one line every ``every`` seconds.
     """
 

@@ -1,5 +1,5 @@
 """Flower adapters on the server side.
 
-Flower adapters on the server side: the fleet of SuperNodes, the transport the runner uses,
+The fleet of SuperNodes, the transport the runner uses,
 and the simulation / Deployment Engine launchers (``docs/flower.md``).
 """

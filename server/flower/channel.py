@@ -220,6 +220,8 @@ class FlowerFanout:
         """Head statistics of several clients in one round trip.
 
         Clients whose answer at the same ``W`` / ``hessian_at`` is cached are not asked again.
+        The caller sums the answers: the data terms of the head's loss (Guo et al. ICML 2020,
+        eq. 1) are sums over rows, hence over the clients' disjoint shards.
 
         Parameters
         ----------

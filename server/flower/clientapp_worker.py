@@ -131,7 +131,7 @@ class WarmApp:
 def project_packages(top: str, root: Path) -> frozenset[str]:
     """Top-level packages shipped with the package ``top``.
 
-    The top-level packages shipped with ``top``: its distribution's (``unlearnsim``:
+    Its distribution's (``unlearnsim``:
     clients, server, simulator), else, for a source tree on ``sys.path``, the imported
     packages that sit next to it in ``root``.
     """

@@ -69,7 +69,7 @@ def run_simulated(
 def client_app_component() -> Any:
     """The ClientApp object that ``flwr run`` would load.
 
-    The ClientApp named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
+    It is named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
     loads it (by reference: the server package never imports the clients package, except the
     shared message protocol ``clients.records``).
     """

@@ -183,8 +183,7 @@ def health_url(healthcheck: object) -> str | None:
 def health_budget(healthcheck: dict[str, object]) -> float:
     """Seconds compose waits before calling a service unhealthy.
 
-    Seconds compose waits before calling a service unhealthy: start period + retries x
-    interval (compose's defaults: 0 s, 3 retries, 30 s).
+    Start period + retries x interval (compose's defaults: 0 s, 3 retries, 30 s).
     """
 
     def seconds(key: str, default: float) -> float:

@@ -100,8 +100,8 @@ class FederatedClient:
     def state_dict(self) -> dict[str, Any]:
         """The client's state that a deletion changes.
 
-        What a deletion changes in this client (its rows are static): weights, retained
-        flags, deletion count and the last weight report.
+        Its rows are static, so this is: weights, retained flags, deletion count and the last
+        weight report.
         """
         return {
             "data": self.data.state_dict(),
@@ -196,9 +196,9 @@ class FederatedClient:
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         """Delete the rows of ``ids`` from this client.
 
-        Delete the rows of ``ids``; the answer lists them in the order of their feature
-        values, not the order asked, so it does not say which row belongs to which id (what
-        the server learns: docs/security.md).
+        The answer lists the rows in the order of their feature values, not the order asked,
+        so it does not say which row belongs to which id (what the server learns:
+        docs/security.md).
         """
         local = np.asarray([self._local[int(i)] for i in ids], dtype=np.int64)
         rows = self.data.features[local]

@@ -143,7 +143,10 @@ class FederatedHeadData:
         # clients keep numpy: the server's head (numpy or torch, head.device) converts here
         """Sum of the clients' head statistics at ``W`` (one fan-out when there is one).
 
-        The clients compute on numpy arrays; ``W`` and ``hessian_at`` are converted here.
+        The data terms of the head's loss (Guo et al. ICML 2020, eq. 1;
+        ``simulator/head/logistic.py``) are sums over rows, so over the clients' disjoint shards
+        the sums of their statistics equal the full-data ones. The clients compute on numpy
+        arrays; ``W`` and ``hessian_at`` are converted here.
         """
         W = to_numpy(W)
         hessian_at = None if hessian_at is None else to_numpy(hessian_at)

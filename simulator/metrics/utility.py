@@ -1,6 +1,6 @@
 """Utility metrics.
 
-Utility metrics: accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1), and the
+Accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1), and the
 distance of a head to the retrained one (``metrics.md``, "Utility").
 """
 

@@ -1,6 +1,6 @@
 """Sections of a deletion batch's event.
 
-The sections of a deletion batch's event: the removal, the certificate, the weights, and the
+The removal, the certificate, the weights, and the
 evaluation the scenario schedules (``evaluation.every`` batches and ``evaluation.checkpoints``).
 """
 

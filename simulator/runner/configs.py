@@ -1,7 +1,6 @@
 """A scenario's sections as the core's configuration objects.
 
-A scenario's sections as the core's configuration objects (one mapping, used by the runner,
-the clients and ``unlearnsim compare``).
+One mapping, used by the runner, the clients and ``unlearnsim compare``.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def human_seconds(s: float) -> str:
 def available_memory() -> int | None:
     """Bytes of memory available to this process.
 
-    Bytes of memory available to this process: ``MemAvailable`` capped by the cgroup limit
+    ``MemAvailable`` capped by the cgroup limit
     (None when neither can be read).
     """
     values: list[int] = []
