@@ -133,7 +133,7 @@ def weights(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """This client's report at the given head (rows, deletions received, accuracy)."""
+    """The client's report at the given head (rows, deletions received, accuracy)."""
     client = load_client(context)
     W = rec.arrays_of(msg.content)[rec.HEAD]["W"]
     report = client.report(W)

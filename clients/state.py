@@ -18,7 +18,7 @@ from simulator.federation import ClientSnapshot, FederatedClient
 
 
 def partition_id(context: Context) -> int:
-    """This node's partition (client id), from ``--node-config partition-id=N``."""
+    """The partition (client id) of this node, from ``--node-config partition-id=N``."""
     value = context.node_config.get("partition-id")
     if value is None:
         raise ConfigError(

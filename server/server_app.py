@@ -39,7 +39,7 @@ SERVER_LOG = "flower-server.log"
 EventCallback = Callable[[dict[str, Any], Any], None]
 
 
-def run_on_grid(
+def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each defaulted)
     grid: Grid,
     scenario: Scenario,
     settings: FleetSettings,
@@ -91,7 +91,7 @@ def run_on_grid(
         (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
 
 
-def consume_on_grid(
+def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
     flower: FlowerTransport,
     scenario: Scenario,
     stream: StreamSettings,
@@ -127,7 +127,7 @@ def consume_on_grid(
     return RunResult(folder, end, [])
 
 
-def make_server_app(
+def make_server_app(  # noqa: PLR0913 (binds run_on_grid's keyword-only options)
     scenario: Scenario,
     settings: FleetSettings,
     *,
@@ -170,8 +170,11 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """``flwr run`` entry point: everything comes from the run config, and the metrics
-    exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's)."""
+    """Run the Flower ServerApp.
+
+    ``flwr run`` entry point: everything comes from the run config, and the metrics
+    exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's).
+    """
     _opt_in_polling()
     config = RunConfig.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
@@ -192,8 +195,11 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def _opt_in_polling() -> None:
-    """``UNLEARNSIM_FLOWER_POLL`` in the SuperLink's environment: a reply whose content is not
-    uploaded yet is pulled again after that many seconds, not Flower's 1 s (docs/flower.md)."""
+    """Apply the Flower pull backoff from the environment.
+
+    ``UNLEARNSIM_FLOWER_POLL`` in the SuperLink's environment: a reply whose content is not
+    uploaded yet is pulled again after that many seconds, not Flower's 1 s (docs/flower.md).
+    """
     from server.flower import flwr_internals
 
     polling = flwr_internals.polling_from_env()

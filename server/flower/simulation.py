@@ -67,9 +67,12 @@ def run_simulated(
 
 
 def client_app_component() -> Any:
-    """The ClientApp named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
+    """The ClientApp object that ``flwr run`` would load.
+
+    It is named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
     loads it (by reference: the server package never imports the clients package, except the
-    shared message protocol ``clients.records``)."""
+    shared message protocol ``clients.records``).
+    """
     import importlib
     import tomllib
 

@@ -122,8 +122,11 @@ class ConsumerState:
         )
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
-        """Checkpoints written before a field existed load with its default; those written
-        before the run's totals moved into ``run`` (``forgotten``, ``last_tick``) are moved."""
+        """Upgrade a checkpoint written by an older version.
+
+        Checkpoints written before a field existed load with its default; those written
+        before the run's totals moved into ``run`` (``forgotten``, ``last_tick``) are moved.
+        """
         saved = dict(saved)
         if "run" not in saved:
             saved["run"] = RunState(
@@ -230,6 +233,7 @@ class CheckpointStore:
 
     @property
     def path(self) -> Path:
+        """Path of the checkpoint file."""
         return self.folder / NAME
 
     @staticmethod

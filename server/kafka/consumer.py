@@ -123,8 +123,11 @@ class DeletionConsumer:
         self._stop = True
 
     def run(self) -> dict[str, Any]:
-        """Consume until stopped or idle; returns a summary (totals over every session so far,
-        and this session's own counts and times under ``session``)."""
+        """Run the consumer loop.
+
+        Consume until stopped or idle; returns a summary (totals over every session so far,
+        and this session's own counts and times under ``session``).
+        """
         cfg = self.config
         wall = time.perf_counter()
         with CheckpointStore(cfg.state_dir, self.fed, fsync=cfg.fsync) as store:
@@ -460,8 +463,11 @@ class DeletionConsumer:
             self._emit(outcome.event)
 
     def _emit(self, event: dict[str, Any], persist: bool = True) -> None:
-        """Send ``event`` to the hooks; ``persist``: also log it (the run's recorder, or the
-        events file)."""
+        """Dispatch an event to the hooks.
+
+        Send ``event`` to the hooks; ``persist``: also log it (the run's recorder, or the
+        events file).
+        """
         if self.recorder is not None:
             self.recorder.emit(event, self.fed, persist=persist)
         elif persist and self.config.events_path is not None:

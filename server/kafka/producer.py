@@ -49,6 +49,7 @@ class ReplayReport:
 
     @property
     def rate(self) -> float:
+        """Records sent per second (infinite when no time elapsed)."""
         return self.sent / self.seconds if self.seconds > 0 else float("inf")
 
 
@@ -90,8 +91,11 @@ def replay(
 def send_times(
     requests: Sequence[DeletionRequest], *, rate: float | None = None, realtime: bool = False
 ) -> list[float] | None:
-    """Send times: ``i / rate``; or, ``realtime``, each request's time since the first one's
-    (``requested_at``, the scenario's ticks); neither: None (as fast as possible)."""
+    """Send time of each request, in seconds from the start.
+
+    Send times: ``i / rate``; or, ``realtime``, each request's time since the first one's
+    (``requested_at``, the scenario's ticks); neither: None (as fast as possible).
+    """
     if rate is not None:
         if rate <= 0:
             raise ValueError(f"rate should be positive, got {rate}")
@@ -102,7 +106,7 @@ def send_times(
     return None
 
 
-def replay_requests(
+def replay_requests(  # noqa: PLR0913 (keyword-only send options, each defaulted)
     requests: Sequence[DeletionRequest],
     *,
     bootstrap: str,

@@ -128,8 +128,11 @@ def load_federation(folder: Path, scenario: Scenario) -> Federation | None:
 def federation_for(
     scenario: Scenario, folder: Path, *, fsync: bool = True
 ) -> tuple[Federation, bool]:
-    """The saved federation of ``folder``, else one built now (and saved); and whether it
-    was reloaded."""
+    """Load the saved federation of ``folder`` or build and save a new one.
+
+    The saved federation of ``folder``, else one built now (and saved); and whether it
+    was reloaded.
+    """
     fed = load_federation(folder, scenario)
     if fed is not None:
         return fed, True

@@ -53,4 +53,5 @@ class StreamSettings(BaseModel):
 
     @property
     def enabled(self) -> bool:
+        """Whether Kafka is configured (a bootstrap address is set)."""
         return bool(self.bootstrap)

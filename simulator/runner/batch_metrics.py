@@ -1,4 +1,6 @@
-"""The sections of a deletion batch's event: the removal, the certificate, the weights, and the
+"""Sections of a deletion batch's event.
+
+The removal, the certificate, the weights, and the
 evaluation the scenario schedules (``evaluation.every`` batches and ``evaluation.checkpoints``).
 """
 
