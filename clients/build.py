@@ -18,7 +18,7 @@ from simulator.errors import ConfigError
 from simulator.federation import FederatedClient
 from simulator.models import LocalUpdate, resolve_device
 from simulator.runner.featurize import build_extractor, client_update, featurizer_from_arrays
-from simulator.runner.setup import load_dataset, split_clients
+from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.shards import make_client, shard_digest
 from simulator.scenario import Scenario, parse_scenario
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context
 
-from clients.records import STATE_SHARD, STATE_SHARD_META, pack, unpack
+from clients.protocol import STATE_SHARD, STATE_SHARD_META, pack, unpack
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientSnapshot, FederatedClient
 

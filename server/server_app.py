@@ -27,7 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 from rich.console import Console
 
 from server.flower.fleet import Fleet
-from server.flower.settings import FleetSettings, RunConfig, StreamSettings
+from server.flower.settings import ConsumerSettings, FleetSettings, RunConfig
 from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
@@ -49,7 +49,7 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
     console: Console | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
     run_id: int = 0,
 ) -> RunResult:
     """Run ``scenario`` with the clients behind ``grid``; write the run folder.
@@ -94,7 +94,7 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
 def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
     flower: FlowerTransport,
     scenario: Scenario,
-    stream: StreamSettings,
+    stream: ConsumerSettings,
     folder: Path,
     console: Console,
     on_event: Sequence[EventCallback] = (),
@@ -108,9 +108,9 @@ def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
     the run. A non-empty ``kafka-state-dir`` given explicitly is refused: its head would not
     match the SuperNodes' data (resuming is the in-process transport's).
     """
-    from server.kafka.cli import as_kafka_source, consumer_config
+    from server.kafka.launch import as_kafka_source, consumer_config
     from server.kafka.session import consume
-    from simulator.runner.setup import build_federation
+    from simulator.runner.federation import build_federation
 
     config = consumer_config(
         stream, folder, scenario, default_state=folder / "kafka-state" / f"run-{run_id}"
@@ -136,7 +136,7 @@ def make_server_app(  # noqa: PLR0913 (binds run_on_grid's keyword-only options)
     results: list[RunResult] | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
 ) -> ServerApp:
     """A ServerApp bound to ``scenario`` (for ``run_simulation``); results go to ``results``."""
     server_app = ServerApp()

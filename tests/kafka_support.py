@@ -19,9 +19,9 @@ from server.kafka.batcher import BatchPolicy
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import ConsumerConfig
 from server.kafka.topics import Topics
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome, apply_batch
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
 from simulator.scenario import Scenario, load_scenario
 from simulator.stream import DeletionReceipt, DeletionRequest
 from simulator.stream.ledger import Ledger

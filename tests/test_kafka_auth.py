@@ -18,12 +18,12 @@ from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.gate import Gate, GatePolicy, registry_of
 from server.kafka.producer import replay, replay_requests
-from server.kafka.records import Incoming
 from server.kafka.security import client_options
 from server.kafka.signing import HEADER, load_key, sign, verify
 from server.kafka.topics import Topics, ensure_topics
+from server.kafka.wire import Incoming
 from simulator.errors import ConfigError
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
 

@@ -26,7 +26,7 @@ from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics
-from simulator.runner.setup import build_federation
+from simulator.runner.federation import build_federation
 from simulator.stream.ledger import Ledger
 
 __all__ = ["broker"]

@@ -24,9 +24,9 @@ from kafka_support import SMALL, broker, config, headers, read_topic, scenario
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay
-from server.kafka.records import Malformed, decode_request
 from server.kafka.topics import Topics, ensure_topics
-from simulator.runner.setup import Federation, build_federation
+from server.kafka.wire import Malformed, decode_request
+from simulator.runner.federation import Federation, build_federation
 from simulator.stream import DeletionRequest
 
 __all__ = ["broker"]

@@ -22,7 +22,7 @@ from server.kafka.offsets import OffsetGapError
 from server.kafka.producer import replay_requests
 from server.kafka.publisher import Publisher
 from server.kafka.topics import Topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 __all__ = ["broker"]
 

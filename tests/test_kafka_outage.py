@@ -26,7 +26,7 @@ from server.kafka.broker import LocalBroker, free_port, port_open
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay_requests
 from server.kafka.topics import Topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
 import boto3

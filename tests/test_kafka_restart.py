@@ -24,8 +24,8 @@ from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, apply_requests, broker
 
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
-from server.kafka.cli import as_kafka_source
 from server.kafka.errors import CheckpointError
+from server.kafka.launch import as_kafka_source
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.restart import NAME, federation_for, load_federation
 from server.kafka.topics import Topics

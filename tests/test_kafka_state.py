@@ -16,7 +16,7 @@ from kafka_support import SMALL, apply_requests, scenario
 
 from server.kafka.checkpoint import CheckpointStore, ConsumerState, static_objects
 from server.kafka.errors import CheckpointError
-from server.kafka.records import (
+from server.kafka.wire import (
     Incoming,
     Malformed,
     OutRecord,
@@ -24,8 +24,8 @@ from server.kafka.records import (
     decode_request,
     header,
 )
+from simulator.runner.federation import Federation, build_federation
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation, build_federation
 from simulator.state_files import read_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger

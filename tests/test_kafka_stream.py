@@ -26,7 +26,7 @@ from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay, replay_requests, scenario_requests
 from server.kafka.publisher import Publisher
 from server.kafka.topics import Topics, ensure_topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 __all__ = ["broker"]  # the fixture, imported for pytest
 

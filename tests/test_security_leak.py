@@ -18,7 +18,7 @@ from scipy.linalg import eigh
 
 from simulator.federation import FederatedClient
 from simulator.head.data import DeletionStatistics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 
 @pytest.fixture(scope="module")

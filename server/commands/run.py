@@ -55,7 +55,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             run_flower(scenario, args, console, callbacks)
             return 0
         if uses_kafka(args, scenario):
-            from server.kafka.cli import run_kafka
+            from server.kafka.launch import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
         from simulator.runner import run_scenario

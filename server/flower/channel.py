@@ -18,7 +18,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.fleet import Exchange, Request
 from server.flower.stats_cache import StatisticsCache, head_key
 from simulator.errors import ClientUnavailableError

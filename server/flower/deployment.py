@@ -25,7 +25,7 @@ from rich.console import Console
 
 from server.flower.environment import flower_env
 from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
-from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
+from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunConfig
 from server.processes import executable
 from simulator.scenario import Scenario, scenario_to_yaml
 
@@ -45,7 +45,7 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
     console: Console | None = None,
     wall_limit: float = 6 * 3600.0,
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
     superlink_env: dict[str, str] | None = None,
     stock: bool = False,
 ) -> RunResult:
@@ -86,7 +86,7 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
             transport="flower-deploy",
             plots=plots,
             fleet=settings,
-            kafka=stream or StreamSettings(),
+            kafka=stream or ConsumerSettings(),
         )
         run_id = _submit(home, flower, config)
         if fed is not None:

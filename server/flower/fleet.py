@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.settings import FleetSettings
 from simulator.errors import ClientUnavailableError, ConfigError
 

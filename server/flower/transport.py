@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import RecordDict
 from numpy.typing import NDArray
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.channel import FlowerClientChannel, FlowerFanout, row_weights
 from server.flower.fleet import Exchange, Fleet, Request
 from simulator.errors import ClientUnavailableError, InputError

@@ -5,11 +5,11 @@ of the new file, then an ``fsync`` of the folder), so a reader sees either the p
 checkpoint or the new one, never a mix. It is a versioned state dict
 (:mod:`simulator.state_files`: arrays plus one JSON document, read without pickle), holding
 
-* the federation's mutable state (:meth:`~simulator.runner.setup.Federation.state_dict`): the
+* the federation's mutable state (:meth:`~simulator.runner.federation.Federation.state_dict`): the
   certified head (model, perturbation, charge, the solver's Hessians and factors, the Gram
   matrix, the generator of future perturbations), every client's weights and retained flags,
   and the clients excluded after failing. What never changes after
-  :func:`~simulator.runner.setup.build_federation` (feature rows, labels, id maps) is not
+  :func:`~simulator.runner.federation.build_federation` (feature rows, labels, id maps) is not
   written: it comes from the freshly built (or reloaded) federation, after checking a digest
   of its bytes, so the restored head is the saved one bit for bit;
 * the consumer's own state (:class:`ConsumerState`, as plain data): the ledger, the next offset
@@ -42,12 +42,12 @@ import numpy as np
 
 from server.kafka.errors import CheckpointError
 from server.kafka.offsets import Fingerprint
-from server.kafka.records import Incoming, OutRecord
+from server.kafka.wire import Incoming, OutRecord
 from simulator.errors import InputError
 from simulator.federation import FederatedHeadData
 from simulator.head import CertifiedHead
+from simulator.runner.federation import Federation
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
 from simulator.state_files import read_state, write_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Entry

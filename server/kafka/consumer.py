@@ -42,7 +42,9 @@ from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
 from server.kafka.gate import Gate, GatePolicy, registry_of
 from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
-from server.kafka.records import (
+from server.kafka.security import client_options
+from server.kafka.topics import Topics, ensure_topics
+from server.kafka.wire import (
     MAX_REQUEST_BYTES,
     Incoming,
     Malformed,
@@ -51,11 +53,9 @@ from server.kafka.records import (
     decode_request,
     receipt_record,
 )
-from server.kafka.security import client_options
-from server.kafka.topics import Topics, ensure_topics
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome, apply_batch
 from simulator.runner.recorder import RunRecorder
-from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from server.kafka.checkpoint import ConsumerState
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome
-from simulator.runner.setup import Federation
 
 COUNTERS = (
     "records",

@@ -1,6 +1,6 @@
 """Replays a scenario's generated deletion stream onto the requests topic.
 
-The stream is generated exactly as :func:`~simulator.runner.setup.build_federation` generates
+The stream is generated exactly as :func:`~simulator.runner.federation.build_federation` generates
 it (same partition, labels and ``stream`` random generator), but without training anything:
 only the data and the partition are needed. Records are keyed by request id and sent at a
 fixed rate or as fast as possible; with a signing key each carries its HMAC
@@ -20,7 +20,7 @@ from server.kafka.publisher import producer_settings
 from server.kafka.signing import HEADER, sign
 from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.evaluation import original_labels
-from simulator.runner.setup import load_dataset, split_clients
+from simulator.runner.federation import load_dataset, split_clients
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, generate_stream

@@ -22,8 +22,8 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import caught_up
-from server.kafka.records import OutRecord, header
 from server.kafka.security import client_options
+from server.kafka.wire import OutRecord, header
 
 log = logging.getLogger(__name__)
 

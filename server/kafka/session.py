@@ -8,7 +8,7 @@ summary is the one every run prints, with the consumer's counters as an extra se
 (``kafka`` in metrics.json: totals over every session on the state folder, and this session's
 own counts and times under ``session``). A ready file (default ``STATE_DIR/ready``) exists
 while the consumer is ready (:class:`server.health.Health`). ``unlearnsim run --stream kafka``
-calls it with an in-process federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it
+calls it with an in-process federation (:mod:`server.kafka.launch`); the Flower ServerApp calls it
 with a federation whose clients are SuperNodes (:mod:`server.server_app`).
 """
 
@@ -26,8 +26,8 @@ from rich.console import Console
 
 from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
+from simulator.runner.federation import Federation
 from simulator.runner.recorder import RunRecorder
-from simulator.runner.setup import Federation
 
 SUMMARY_KEYS = (
     "records",

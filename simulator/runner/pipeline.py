@@ -41,6 +41,7 @@ from simulator.runner.batch_metrics import (
     removal_fields,
     weight_reports,
 )
+from simulator.runner.federation import Federation
 from simulator.runner.monitoring import RunMonitor
 from simulator.runner.requests import (
     FederationHoldings,
@@ -49,7 +50,6 @@ from simulator.runner.requests import (
     wanted_ids,
 )
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
 from simulator.stream import DeletionReceipt, DeletionRequest
 from simulator.stream.ledger import Ledger
 

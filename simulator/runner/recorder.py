@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from simulator.runner.artifacts import write_artifacts
+from simulator.runner.federation import Federation
 from simulator.runner.outputs import RunWriter, markdown_table, plot_run, summary_rows
 from simulator.runner.pipeline import BatchOutcome
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
-from simulator.runner.setup import Federation
 from simulator.scenario import scenario_to_yaml
 
 EventCallback = Callable[[dict[str, Any], Federation], None]

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from simulator.stream import DeletionRequest
 
 if TYPE_CHECKING:
-    from simulator.runner.setup import Federation
+    from simulator.runner.federation import Federation
 
 IntArray = NDArray[np.int64]
 

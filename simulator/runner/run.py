@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator.runner.federation import Federation, build_federation
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.recorder import RunRecorder
 from simulator.runner.result import RunResult
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation, build_federation
 from simulator.runner.transport import ClientTransport
 from simulator.scenario import Scenario
 from simulator.stream import batches as stream_batches

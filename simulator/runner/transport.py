@@ -1,6 +1,6 @@
 """How the runner reaches its clients: one protocol, several transports.
 
-The runner (:func:`simulator.runner.setup.build_federation`, the deletion loop) only ever talks
+The runner (:func:`simulator.runner.federation.build_federation`, the deletion loop) only ever talks
 to a :class:`ClientTransport`: it asks for FedAvg rounds of the extractor, then for the clients
 of the certified head (:class:`RunnerClient`, the head protocol plus what the loop reads), a
 parallel :class:`~simulator.federation.ClientFanout` if the transport has one, and the clients'
