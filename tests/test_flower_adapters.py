@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_loopback import LoopbackGrid
 from rich.console import Console
+from support.flower_loopback import LoopbackGrid
 
 from server.flower.settings import FleetSettings
 from server.server_app import run_on_grid

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kafka_support import SMALL, apply_requests, broker, config, read_receipts, scenario
+from support.kafka import apply_requests, broker, config, read_receipts
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
@@ -35,7 +36,7 @@ NOW = datetime(2026, 1, 2, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def statuses(bootstrap: str, topics: Topics) -> list[tuple[str, str, str]]:

@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from kafka_support import LARGE, QUICKSTART, ROOT, apply_requests, broker, read_receipts, scenario
+from support.kafka import apply_requests, broker, read_receipts
+from support.scenarios import LARGE, QUICKSTART, ROOT, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka_support import SMALL, broker, config, headers, read_topic, scenario
+from support.kafka import broker, config, headers, read_topic
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
@@ -36,7 +37,7 @@ POISON_PILL = b'{"request_id":' + b"[" * 3000 + b"]" * 3000 + b"}"
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def _valid(fed: Federation) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, apply_requests, scenario
+from support.kafka import apply_requests
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.checkpoint import CheckpointStore, ConsumerState, static_objects
 from server.kafka.errors import CheckpointError
@@ -35,7 +36,7 @@ NOW = datetime(2026, 1, 2, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 @pytest.fixture

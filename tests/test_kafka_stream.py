@@ -9,17 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka_support import (
-    BATCH,
-    SMALL,
-    broker,
-    config,
-    headers,
-    in_process,
-    read_receipts,
-    read_topic,
-    scenario,
-)
+from support.kafka import BATCH, broker, config, headers, in_process, read_receipts, read_topic
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
@@ -33,7 +24,7 @@ __all__ = ["broker"]  # the fixture, imported for pytest
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, scenario
 from prometheus_client import generate_latest
 from rich.console import Console
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker, free_port
 from server.kafka.launch import as_kafka_source, consumer_config
@@ -32,7 +32,7 @@ from simulator.stream import batches
 
 #: One request per batch, so Kafka's micro-batches are the scenario's batches; the scenario's
 #: evaluation schedule (every 4 batches) and one retrained-reference checkpoint.
-PARITY = [*SMALL, "stream.max_batch_requests=1", "evaluation.every=4"]
+PARITY = [*TEN_CLIENTS, "stream.max_batch_requests=1", "evaluation.every=4"]
 FILES = ("events.jsonl", "receipts.jsonl", "metrics.json", "summary.md", "head.npz")
 
 
@@ -101,7 +101,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
 def test_run_and_compare_delete_the_same_ids(tmp_path: Path) -> None:
     """Same stream, same validation: ``compare``'s removal steps are ``run``'s batches, also
     when requests name rows that are already deleted (rejected whole by both)."""
-    sc = scenario(SMALL)
+    sc = scenario(TEN_CLIENTS)
     fed = build_federation(sc)
     requests = list(fed.requests)
     again = requests[0].model_copy(update={"request_id": "again", "tick": requests[-1].tick})
