@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 from server.kafka.broker import LocalBroker  # noqa: E402
 from server.kafka.producer import replay_requests, scenario_requests, send_times  # noqa: E402
-from server.kafka.records import header  # noqa: E402
 from server.kafka.topics import Topics  # noqa: E402
+from server.kafka.wire import header  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

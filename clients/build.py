@@ -18,7 +18,7 @@ from simulator.errors import ConfigError
 from simulator.federation import FederatedClient
 from simulator.models import LocalUpdate, resolve_device
 from simulator.runner.featurize import build_extractor, client_update, featurizer_from_arrays
-from simulator.runner.setup import load_dataset, split_clients
+from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.shards import make_client, shard_digest
 from simulator.scenario import Scenario, parse_scenario
 
@@ -36,7 +36,7 @@ def _shard(text: str, client_id: int) -> tuple[Scenario, Any, NDArray[np.int64]]
 def local_update(
     text: str, client_id: int, round_index: int, global_arrays: dict[str, NDArray[Any]]
 ) -> LocalUpdate | None:
-    """This client's FedAvg update in ``round_index``, or None if it holds no rows."""
+    """The FedAvg update of this client in ``round_index``, or None if it holds no rows."""
     scenario, dataset, rows = _shard(text, client_id)
     if rows.size == 0:
         return None

@@ -1,7 +1,7 @@
 """The Flower ClientApp: one client of the federation, holding its data shard.
 
 Each handler is a thin adapter: decode the message, call the core, encode the reply (message
-types in :mod:`clients.records`). What must survive between messages lives in
+types in :mod:`clients.protocol`). What must survive between messages lives in
 ``context.state`` (:mod:`clients.state`); what can be rebuilt (the raw shard, from the scenario
 and the partition id) is rebuilt. torch is imported only by the handlers that need it
 (``train``, ``train.setup``), so the frequent head messages start fast in a fresh process.
@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
-from clients import records as rec
+from clients import protocol as rec
 from clients.state import load_client, partition_id, save_client
 from simulator.errors import UnknownSampleError
 from simulator.federation import FederatedClient
@@ -133,7 +133,7 @@ def weights(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """This client's report at the given head (rows, deletions received, accuracy)."""
+    """The client's report at the given head (rows, deletions received, accuracy)."""
     client = load_client(context)
     W = rec.arrays_of(msg.content)[rec.HEAD]["W"]
     report = client.report(W)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context
 
-from clients.records import STATE_SHARD, STATE_SHARD_META, pack, unpack
+from clients.protocol import STATE_SHARD, STATE_SHARD_META, pack, unpack
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientSnapshot, FederatedClient
 
 
 def partition_id(context: Context) -> int:
-    """This node's partition (client id), from ``--node-config partition-id=N``."""
+    """The partition (client id) of this node, from ``--node-config partition-id=N``."""
     value = context.node_config.get("partition-id")
     if value is None:
         raise ConfigError(

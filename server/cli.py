@@ -28,6 +28,7 @@ COMMANDS = ("run", "validate", "produce", "broker", "compare", "runs", "stack", 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``unlearnsim`` argument parser, one sub-command per module of ``server.commands``."""
     p = argparse.ArgumentParser(
         prog="unlearnsim",
         description="Federated, streaming machine-unlearning simulator (DecoRemoval).",
@@ -39,6 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``unlearnsim`` command line.
+
+    Parameters
+    ----------
+    argv : the arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: the handler's, or 2 for a user error (printed on stderr).
+    """
     args = build_parser().parse_args(argv)
     args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
     try:
@@ -54,8 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def report_error(message: str) -> int:
-    """Print ``error: <line>`` on stderr for each line of ``message`` (markup in it is text,
-    never styling) and return the exit status of a user error, 2."""
+    """Report a user error on stderr and return its exit status.
+
+    Print ``error: <line>`` on stderr for each line of ``message`` (markup in it is text,
+    never styling) and return the exit status of a user error, 2.
+    """
     console = Console(stderr=True)
     for line in message.splitlines() or [""]:  # one line per problem
         console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)

@@ -69,6 +69,7 @@ class Health:
         self._last = clock()
 
     def __call__(self, event: dict[str, Any], fed: Any = None) -> None:
+        """Update the health state from a run's ``event``."""
         kind = event.get("event")
         with self._lock:
             self._last = self.clock()

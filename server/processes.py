@@ -40,14 +40,18 @@ def executable(name: str) -> str:
     """A console script of this Python environment (next to ``sys.executable``), else ``PATH``'s.
 
     Flower's SuperLink and SuperNodes, and our ``unlearnsim``, come from the same environment
-    as the command that starts them."""
+    as the command that starts them.
+    """
     path = Path(sys.executable).parent / name
     return str(path) if path.exists() else (shutil.which(name) or name)
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
-    """Block until ``127.0.0.1:port`` accepts connections; ``False`` if ``proc`` exited first or
-    the time ran out."""
+    """Wait for a TCP port to open.
+
+    Block until ``127.0.0.1:port`` accepts connections; ``False`` if ``proc`` exited first or
+    the time ran out.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -59,8 +63,11 @@ def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | Non
 
 
 def wait_for_url(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
-    """Block until ``url`` answers HTTP 200 (a readiness endpoint); ``False`` if ``proc``
-    exited first or the time ran out."""
+    """Wait for an HTTP endpoint to answer 200.
+
+    Block until ``url`` answers HTTP 200 (a readiness endpoint); ``False`` if ``proc``
+    exited first or the time ran out.
+    """
     import urllib.error
     import urllib.request
 

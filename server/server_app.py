@@ -27,7 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 from rich.console import Console
 
 from server.flower.fleet import Fleet
-from server.flower.settings import FleetSettings, RunConfig, StreamSettings
+from server.flower.settings import ConsumerSettings, FleetSettings, RunConfig
 from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
@@ -40,7 +40,7 @@ SERVER_LOG = "flower-server.log"
 EventCallback = Callable[[dict[str, Any], Any], None]
 
 
-def run_on_grid(
+def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each defaulted)
     grid: Grid,
     scenario: Scenario,
     settings: FleetSettings,
@@ -50,7 +50,7 @@ def run_on_grid(
     console: Console | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
     run_id: int = 0,
 ) -> RunResult:
     """Run ``scenario`` with the clients behind ``grid``; write the run folder.
@@ -92,10 +92,10 @@ def run_on_grid(
         (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
 
 
-def consume_on_grid(
+def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
     flower: FlowerTransport,
     scenario: Scenario,
-    stream: StreamSettings,
+    stream: ConsumerSettings,
     folder: Path,
     console: Console,
     on_event: Sequence[EventCallback] = (),
@@ -109,9 +109,9 @@ def consume_on_grid(
     the run. A non-empty ``kafka-state-dir`` given explicitly is refused: its head would not
     match the SuperNodes' data (resuming is the in-process transport's).
     """
-    from server.kafka.cli import as_kafka_source, consumer_config
+    from server.kafka.launch import as_kafka_source, consumer_config
     from server.kafka.session import consume
-    from simulator.runner.setup import build_federation
+    from simulator.runner.federation import build_federation
 
     config = consumer_config(
         stream, folder, scenario, default_state=folder / "kafka-state" / f"run-{run_id}"
@@ -128,7 +128,7 @@ def consume_on_grid(
     return RunResult(folder, end, [])
 
 
-def make_server_app(
+def make_server_app(  # noqa: PLR0913 (binds run_on_grid's keyword-only options)
     scenario: Scenario,
     settings: FleetSettings,
     *,
@@ -137,7 +137,7 @@ def make_server_app(
     results: list[RunResult] | None = None,
     on_event: Sequence[EventCallback] = (),
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
 ) -> ServerApp:
     """A ServerApp bound to ``scenario`` (for ``run_simulation``); results go to ``results``."""
     server_app = ServerApp()
@@ -171,8 +171,11 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """``flwr run`` entry point: everything comes from the run config, and the metrics
-    exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's)."""
+    """Run the Flower ServerApp.
+
+    ``flwr run`` entry point: everything comes from the run config, and the metrics
+    exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's).
+    """
     _opt_in_polling()
     config = RunConfig.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
@@ -193,8 +196,11 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def _opt_in_polling() -> None:
-    """``UNLEARNSIM_FLOWER_POLL`` in the SuperLink's environment: a reply whose content is not
-    uploaded yet is pulled again after that many seconds, not Flower's 1 s (docs/flower.md)."""
+    """Apply the Flower pull backoff from the environment.
+
+    ``UNLEARNSIM_FLOWER_POLL`` in the SuperLink's environment: a reply whose content is not
+    uploaded yet is pulled again after that many seconds, not Flower's 1 s (docs/flower.md).
+    """
     from server.flower import flwr_internals
 
     polling = flwr_internals.polling_from_env()

@@ -26,8 +26,11 @@ _META = "meta"
 
 
 def split_arrays(state: Any, arrays: dict[str, np.ndarray], path: str = "") -> Any:
-    """``state`` with every array moved into ``arrays`` (keyed by its path) and replaced by a
-    reference; tuples become lists."""
+    """Split the arrays out of a state tree.
+
+    ``state`` with every array moved into ``arrays`` (keyed by its path) and replaced by a
+    reference; tuples become lists.
+    """
     if isinstance(state, np.ndarray):
         arrays[path] = state
         return {_ARRAY: path}

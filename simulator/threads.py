@@ -47,8 +47,11 @@ def _initial_threads() -> int | None:
 
 @contextmanager
 def thread_limits(*, blas: int | None = None, torch: int | None = None) -> Iterator[None]:
-    """Run the body with ``blas`` BLAS threads and ``torch`` intra-op threads (None: leave
-    that pool as it is); both are restored afterwards."""
+    """Limit the BLAS and torch thread pools inside the block.
+
+    Run the body with ``blas`` BLAS threads and ``torch`` intra-op threads (None: leave
+    that pool as it is); both are restored afterwards.
+    """
     with ExitStack() as stack:
         controller = _controller()
         if blas is not None and controller is not None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import planted_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
+from support.heads import planted_problem
 
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, certificate_constant
 from simulator.head.certificate import GAMMA_LOGISTIC, removal_gradient_bound, stacked_norm

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
-from test_runner import SCENARIOS, SMALL
+from support.prometheus import documented
+from support.scenarios import SCENARIOS, SMALL
 
 from server.cli import main
 from server.metrics import METRICS, MetricsExporter
@@ -62,13 +63,6 @@ ALLOWED = {
     "model": {"ours", "retrained"},
     "scenario": {"quickstart"},
 }
-
-
-def documented() -> dict[str, str]:
-    """``{name: type}`` of the exported-metrics table of docs/metrics.md."""
-    text = (ROOT / "docs" / "metrics.md").read_text()
-    rows = re.findall(r"^\| `(unlearn_[a-z0-9_]+)` \| (counter|gauge|histogram)", text, re.M)
-    return dict(rows)
 
 
 def sample_names(name: str, kind: str) -> set[str]:

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from helpers import planted_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.heads import planted_problem
 
 from simulator.errors import InputError, UnknownSampleError
 from simulator.features.decorrelation import DecorrelationConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import planted_problem
+from support.heads import planted_problem
 
 from simulator.errors import InputError
 from simulator.features.decorrelation import DecorrelationConfig

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_loopback import LoopbackGrid
 from rich.console import Console
+from support.flower_loopback import LoopbackGrid
 
 from server.flower.settings import FleetSettings
 from server.server_app import run_on_grid
@@ -210,25 +210,29 @@ def test_run_config_round_trips_and_matches_pyproject() -> None:
     (``flwr run`` rejects undeclared keys), and parsing the flat keys gives the settings back."""
     import tomllib
 
-    from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
+    from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunConfig
 
     declared = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     assert declared["config"] == RunConfig().to_run_config()
     config = RunConfig(
         scenario="x.yaml",
         fleet=FleetSettings(timeout=7.0),
-        kafka=StreamSettings(bootstrap="127.0.0.1:9", idle_timeout=3.0, max_batch_requests=4),
+        kafka=ConsumerSettings(bootstrap="127.0.0.1:9", idle_timeout=3.0, max_batch_requests=4),
     )
     again = RunConfig.from_run_config(config.to_run_config())
     assert again == config and again.kafka.enabled and not RunConfig().kafka.enabled
     # the settings' defaults are the consumer's own (one source of truth for both paths)
     from server.kafka.batcher import BatchPolicy
-    from server.kafka.cli import consumer_config
+    from server.kafka.launch import consumer_config
     from server.kafka.topics import Topics
 
-    default = consumer_config(StreamSettings(bootstrap="x:1"), APP_DIR)
+    tiny = load_scenario(APP_DIR / "scenarios" / "federation_tiny.yaml")
+    default = consumer_config(ConsumerSettings(bootstrap="x:1"), APP_DIR, tiny)
     assert default.topics == Topics()
+    # micro-batches of the scenario's stream.max_batch_requests unless the settings say
     assert (default.batch.max_requests, default.batch.max_wait) == (
-        BatchPolicy().max_requests,
+        tiny.stream.max_batch_requests,
         BatchPolicy().max_wait,
     )
+    capped = consumer_config(ConsumerSettings(bootstrap="x:1", max_batch_requests=3), APP_DIR, tiny)
+    assert capped.batch.max_requests == 3

@@ -236,7 +236,7 @@ def test_stock_supernodes_still_run_the_app(tmp_path: Path) -> None:
 def test_kafka_stream_on_the_simulation_engine_matches_inprocess(tmp_path: Path) -> None:
     """``--stream kafka`` over Flower: the ServerApp consumes the topic and answers the same
     receipts, with the same final head, as the in-process consumer."""
-    from kafka_support import read_receipts
+    from support.kafka import read_receipts
 
     from server.cli import main
     from server.kafka.broker import LocalBroker, free_port

@@ -120,7 +120,7 @@ def test_the_worker_serves_its_own_fab_warm_and_any_other_the_stock_way(tmp_path
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "why: clients/records.py differs from" in done.stdout
+    assert "why: clients/protocol.py differs from" in done.stdout
     module = done.stdout.split("module:")[1].split()[0]
     assert module.startswith(str(tmp_path / "flwr-home")) and APP_DIR.as_posix() not in module
     assert "partition: 2" in done.stdout

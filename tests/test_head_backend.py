@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import planted_problem
+from support.heads import planted_problem
 
 from simulator.errors import ConfigError
 from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from helpers import planted_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.heads import planted_problem
 
 from simulator.errors import InputError
 from simulator.head.logistic import (

@@ -4,9 +4,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import planted_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.heads import planted_problem
 
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, train_head
 from simulator.head.logistic import objective_hessian

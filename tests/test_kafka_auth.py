@@ -12,18 +12,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kafka_support import SMALL, apply_requests, broker, config, read_receipts, scenario
+from support.kafka import apply_requests, broker, config, read_receipts
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.gate import Gate, GatePolicy, registry_of
 from server.kafka.producer import replay, replay_requests
-from server.kafka.records import Incoming
 from server.kafka.security import client_options
 from server.kafka.signing import HEADER, load_key, sign, verify
 from server.kafka.topics import Topics, ensure_topics
+from server.kafka.wire import Incoming
 from simulator.errors import ConfigError
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
 
@@ -35,7 +36,7 @@ NOW = datetime(2026, 1, 2, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def statuses(bootstrap: str, topics: Topics) -> list[tuple[str, str, str]]:

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from kafka import KafkaAdminClient
-from kafka_support import QUICKSTART, SMALL, broker, read_topic, scenario
+from support.kafka import broker, read_topic
+from support.scenarios import QUICKSTART, TEN_CLIENTS, scenario
 
 from server.cli import main
 from server.kafka.broker import LocalBroker, free_port, port_open
@@ -41,10 +42,10 @@ def test_broker_start_status_stop(tmp_path: Path) -> None:
 
 
 def test_produce_replays_the_scenario_stream(broker: LocalBroker) -> None:
-    base = ["produce", str(QUICKSTART), *sets(SMALL), "--bootstrap", broker.bootstrap]
+    base = ["produce", str(QUICKSTART), *sets(TEN_CLIENTS), "--bootstrap", broker.bootstrap]
     assert main([*base, "--as-fast-as-possible", "--requests-topic", "fast"]) == 0
     sent = [DeletionRequest.from_json(m.value) for m in read_topic(broker.bootstrap, "fast")]
-    assert sent == scenario_requests(scenario(SMALL))
+    assert sent == scenario_requests(scenario(TEN_CLIENTS))
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:  # created explicitly: one partition, not the broker's default
         (described,) = admin.describe_topics(["fast"])
@@ -65,7 +66,7 @@ def test_kafka_run_needs_a_bootstrap_server() -> None:
 def test_produce_signs_with_a_key_from_a_file(broker: LocalBroker, tmp_path: Path) -> None:
     key = tmp_path / "key"
     key.write_bytes(b"s" * 24 + b"\n")
-    base = ["produce", str(QUICKSTART), *sets(SMALL), "--bootstrap", broker.bootstrap]
+    base = ["produce", str(QUICKSTART), *sets(TEN_CLIENTS), "--bootstrap", broker.bootstrap]
     assert main([*base, "--as-fast-as-possible", "--limit", "3", "--requests-topic", "signed",
                  "--signing-key-file", str(key)]) == 0  # fmt: skip
     for m in read_topic(broker.bootstrap, "signed"):

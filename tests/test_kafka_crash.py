@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from kafka_support import LARGE, QUICKSTART, ROOT, apply_requests, broker, read_receipts, scenario
+from support.kafka import apply_requests, broker, read_receipts
+from support.scenarios import LARGE, QUICKSTART, ROOT, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics
-from simulator.runner.setup import build_federation
+from simulator.runner.federation import build_federation
 from simulator.stream.ledger import Ledger
 
 __all__ = ["broker"]

@@ -19,14 +19,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka_support import SMALL, broker, config, headers, read_topic, scenario
+from support.kafka import broker, config, headers, read_topic
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay
-from server.kafka.records import Malformed, decode_request
 from server.kafka.topics import Topics, ensure_topics
-from simulator.runner.setup import Federation, build_federation
+from server.kafka.wire import Malformed, decode_request
+from simulator.runner.federation import Federation, build_federation
 from simulator.stream import DeletionRequest
 
 __all__ = ["broker"]
@@ -36,7 +37,7 @@ POISON_PILL = b'{"request_id":' + b"[" * 3000 + b"]" * 3000 + b"}"
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def _valid(fed: Federation) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, broker, scenario
+from support.kafka import BATCH, broker
+from support.scenarios import QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.producer import replay_requests, scenario_requests
@@ -20,12 +21,12 @@ __all__ = ["broker"]
 
 
 def test_sigint_marks_a_kafka_run_interrupted(broker: LocalBroker, tmp_path: Path) -> None:
-    requests = scenario_requests(scenario(SMALL))
+    requests = scenario_requests(scenario(TEN_CLIENTS))
     replay_requests(requests[:48], bootstrap=broker.bootstrap, topics=Topics())
     out = tmp_path / "run"
     command = [
         sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
-        *[a for o in SMALL for a in ("--set", o)],
+        *[a for o in TEN_CLIENTS for a in ("--set", o)],
         "--stream", "kafka", "--bootstrap", broker.bootstrap, "--output", str(out),
         "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "120",
         "--no-plots",

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_support import SMALL, broker, config, read_receipts, scenario
+from support.kafka import broker, config, read_receipts
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
@@ -22,14 +23,14 @@ from server.kafka.offsets import OffsetGapError
 from server.kafka.producer import replay_requests
 from server.kafka.publisher import Publisher
 from server.kafka.topics import Topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 __all__ = ["broker"]
 
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def consume(built: Federation, bootstrap: str, folder: Path, **extra: Any) -> dict[str, Any]:

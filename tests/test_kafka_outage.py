@@ -20,13 +20,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kafka_support import BATCH, SMALL, config, in_process, read_receipts, scenario
+from support.kafka import BATCH, config, in_process, read_receipts
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker, free_port, port_open
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay_requests
 from server.kafka.topics import Topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
 import boto3
@@ -83,7 +84,7 @@ def durable_broker(s3: dict[str, str], tmp_path: Path) -> Iterator[LocalBroker]:
 def test_broker_killed_and_restarted_during_consumption(
     durable_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    fed: Federation = build_federation(scenario(SMALL))
+    fed: Federation = build_federation(scenario(TEN_CLIENTS))
     reference = copy.deepcopy(fed)
     requests = fed.requests
     topics = Topics()

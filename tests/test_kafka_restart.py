@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import BATCH, QUICKSTART, ROOT, SMALL, apply_requests, broker, scenario
+from support.kafka import BATCH, apply_requests, broker
+from support.scenarios import QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
-from server.kafka.cli import as_kafka_source
 from server.kafka.errors import CheckpointError
+from server.kafka.launch import as_kafka_source
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.restart import NAME, federation_for, load_federation
 from server.kafka.topics import Topics
@@ -39,7 +40,7 @@ def run_consumer(bootstrap: str, folder: Path) -> tuple[subprocess.Popen[str], f
     """The consumer command; returns it and the seconds until its ready file appeared."""
     command = [
         sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
-        *[a for o in SMALL for a in ("--set", o)],
+        *[a for o in TEN_CLIENTS for a in ("--set", o)],
         "--stream", "kafka", "--bootstrap", bootstrap, "--output", str(folder / "run"),
         "--state-dir", str(folder / "state"), "--max-batch-requests", str(BATCH),
         "--max-wait", "0.2", "--idle-timeout", "2",
@@ -65,7 +66,7 @@ def finish(proc: subprocess.Popen[str]) -> str:
 def test_a_restart_reloads_the_federation_and_resumes_where_it_stopped(
     broker: LocalBroker, tmp_path: Path
 ) -> None:
-    sc = scenario(SMALL)
+    sc = scenario(TEN_CLIENTS)
     requests = scenario_requests(sc)
     topics = Topics()
     replay_requests(requests[:40], bootstrap=broker.bootstrap, topics=topics)
@@ -119,7 +120,7 @@ def test_changed_data_refuses_to_resume(tmp_path: Path) -> None:
     data = tmp_path / "table.csv"
     _csv(data, 400, seed=0)
     overrides = [
-        *SMALL,
+        *TEN_CLIENTS,
         "data.source=csv",
         f"data.path={data}",
         "data.label_column=target",

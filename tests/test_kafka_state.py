@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, apply_requests, scenario
+from support.kafka import apply_requests
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.checkpoint import CheckpointStore, ConsumerState, static_objects
 from server.kafka.errors import CheckpointError
-from server.kafka.records import (
+from server.kafka.wire import (
     Incoming,
     Malformed,
     OutRecord,
@@ -24,8 +25,8 @@ from server.kafka.records import (
     decode_request,
     header,
 )
+from simulator.runner.federation import Federation, build_federation
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation, build_federation
 from simulator.state_files import read_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
@@ -35,7 +36,7 @@ NOW = datetime(2026, 1, 2, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 @pytest.fixture

@@ -9,31 +9,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka_support import (
-    BATCH,
-    SMALL,
-    broker,
-    config,
-    headers,
-    in_process,
-    read_receipts,
-    read_topic,
-    scenario,
-)
+from support.kafka import BATCH, broker, config, headers, in_process, read_receipts, read_topic
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
 from server.kafka.producer import replay, replay_requests, scenario_requests
 from server.kafka.publisher import Publisher
 from server.kafka.topics import Topics, ensure_topics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 __all__ = ["broker"]  # the fixture, imported for pytest
 
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 @pytest.fixture

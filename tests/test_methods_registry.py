@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, scenario
 from rich.console import Console
+from support.scenarios import TEN_CLIENTS, scenario
 
 from simulator.errors import ConfigError
 from simulator.head import HeadConfig
@@ -43,9 +43,9 @@ def test_run_runs_every_streaming_method_and_names_compare_for_the_others(
 ) -> None:
     if not m.streams:
         with pytest.raises(ScenarioError, match="unlearnsim compare"):
-            scenario(SMALL, f"method={m.name}")
+            scenario(TEN_CLIENTS, f"method={m.name}")
         return
-    sc = scenario(SMALL, f"method={m.name}")
+    sc = scenario(TEN_CLIENTS, f"method={m.name}")
     result = run_scenario(sc, output_dir=tmp_path, console=Console(quiet=True), progress=False,
                           plots=False)  # fmt: skip
     end = result.final
@@ -91,6 +91,6 @@ def test_compare_removes_as_run_does(name: str) -> None:
 
 def test_retrain_is_refused_by_run_with_its_new_name() -> None:
     with pytest.raises(ScenarioError, match="retrain_head"):
-        scenario(SMALL, "method=retrain")
+        scenario(TEN_CLIENTS, "method=retrain")
     with pytest.raises(ConfigError, match="compare"):
         method("sisa").remove(None, [1])  # type: ignore[arg-type]

@@ -14,25 +14,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, scenario
 from prometheus_client import generate_latest
 from rich.console import Console
+from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker, free_port
-from server.kafka.cli import as_kafka_source, consumer_config
+from server.kafka.launch import as_kafka_source, consumer_config
 from server.kafka.producer import replay_requests
 from server.kafka.session import consume
-from server.kafka.settings import StreamSettings
+from server.kafka.settings import ConsumerSettings
 from server.kafka.topics import Topics
 from server.metrics.exporter import MetricsExporter as Exporter
 from simulator.compare.workload import expand_requests
 from simulator.runner import run_scenario
-from simulator.runner.setup import build_federation, split_clients
+from simulator.runner.federation import build_federation, split_clients
 from simulator.stream import batches
 
 #: One request per batch, so Kafka's micro-batches are the scenario's batches; the scenario's
 #: evaluation schedule (every 4 batches) and one retrained-reference checkpoint.
-PARITY = [*SMALL, "stream.max_batch_requests=1", "evaluation.every=4"]
+PARITY = [*TEN_CLIENTS, "stream.max_batch_requests=1", "evaluation.every=4"]
 FILES = ("events.jsonl", "receipts.jsonl", "metrics.json", "summary.md", "head.npz")
 
 
@@ -63,7 +63,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
     fed = build_federation(as_kafka_source(sc))
     with LocalBroker(free_port(), log_path=tmp_path / "broker.log") as broker:
         replay_requests(fed.requests, bootstrap=broker.bootstrap, topics=Topics())
-        stream = StreamSettings(bootstrap=broker.bootstrap, idle_timeout=2.0)
+        stream = ConsumerSettings(bootstrap=broker.bootstrap, idle_timeout=2.0)
         config = consumer_config(stream, tmp_path / "kafka", sc, fsync=False)
         assert config.batch.max_requests == 1  # the scenario's stream.max_batch_requests
         consume(fed, config, tmp_path / "kafka", Console(quiet=True), [theirs], plots=False)
@@ -101,7 +101,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
 def test_run_and_compare_delete_the_same_ids(tmp_path: Path) -> None:
     """Same stream, same validation: ``compare``'s removal steps are ``run``'s batches, also
     when requests name rows that are already deleted (rejected whole by both)."""
-    sc = scenario(SMALL)
+    sc = scenario(TEN_CLIENTS)
     fed = build_federation(sc)
     requests = list(fed.requests)
     again = requests[0].model_copy(update={"request_id": "again", "tick": requests[-1].tick})

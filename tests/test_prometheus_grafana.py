@@ -6,13 +6,13 @@ variable, units, axes, layout and annotations, and that the JSON is what
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from support.prometheus import dashboards, panel_exprs
 
 from server.metrics import METRICS
 from server.metrics.definitions import PROCESS_METRICS
@@ -21,14 +21,6 @@ ROOT = Path(__file__).parent.parent
 GRAFANA = ROOT / "docker" / "grafana"
 NAMES = {d.full_name for d in METRICS}
 PROCESS_NAMES = {d.full_name for d in PROCESS_METRICS}
-
-
-def dashboards() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((GRAFANA / "dashboards").glob("*.json"))]
-
-
-def panel_exprs(dash: dict) -> list[str]:
-    return [t["expr"] for p in dash["panels"] if p["type"] != "row" for t in p["targets"]]
 
 
 def test_provisioning_points_at_the_dashboards_and_prometheus() -> None:

@@ -9,7 +9,6 @@ where ``prometheus`` is not installed (``apt-get install prometheus``).
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import socket
@@ -24,9 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from rich.console import Console
-from test_exporter import documented
-from test_prometheus_grafana import dashboards, panel_exprs
-from test_runner import SCENARIOS, SMALL
+from support.prometheus import GRAFANA_VARIABLES, api, dashboards, documented, panel_exprs, query
+from support.scenarios import SCENARIOS, SMALL
 
 from server.metrics import MetricsExporter
 from simulator.runner import run_scenario
@@ -39,33 +37,12 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
 )
 #: Grafana's built-in variables, as a panel would expand them on a 15-minute dashboard.
-GRAFANA_VARS = {
-    "$__rate_interval": "1m",
-    "$__interval": "5s",
-    "$__range": "15m",
-    "$instance": ".*",
-    "$run": ".*",
-}
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def api(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else base + path
-    with urllib.request.urlopen(url, timeout=10) as r:
-        body = json.loads(r.read())
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def query(base: str, expr: str) -> list[dict[str, Any]]:
-    data = api(base, "/api/v1/query", query=expr)
-    assert data["resultType"] == "vector", (expr, data)
-    return list(data["result"])
 
 
 def wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
@@ -184,7 +161,7 @@ def test_every_dashboard_panel_query_returns_data(prometheus: tuple[str, dict[st
     empty, undefined = [], []
     for dash in dashboards():
         for expr in panel_exprs(dash):
-            for var, value in GRAFANA_VARS.items():
+            for var, value in GRAFANA_VARIABLES.items():
                 expr = expr.replace(var, value)
             assert "$" not in expr, f"unsubstituted variable in {expr}"
             result = query(base, expr)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_runner import SCENARIOS, SMALL
+from support.scenarios import SCENARIOS, SMALL
 
 from server.cli import main
 from simulator.runner.run_folder import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from test_runner import SCENARIOS, SMALL
+from support.scenarios import SCENARIOS, SMALL
 
 from simulator.runner import run_scenario
 from simulator.runner.outputs import plot_run

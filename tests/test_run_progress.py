@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from rich.console import Console
-from test_runner import SCENARIOS, SMALL
+from support.scenarios import SCENARIOS, SMALL
 
 from simulator.runner import build_federation, run_scenario
 from simulator.runner.pipeline import apply_batch

@@ -6,33 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
+from support.scenarios import SCENARIOS, SMALL, quiet
 
 from server.cli import main
 from simulator.runner import run_scenario
 from simulator.scenario import load_scenario
 from simulator.stream import DeletionReceipt
-
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
-
-#: Shrinks the quickstart to a few seconds while keeping every stage.
-SMALL = [
-    "data.synthetic.n_train=600",
-    "data.synthetic.n_test=300",
-    "model.rounds=1",
-    "rff.dim=64",
-    "decorrelation.steps=10",
-    "stream.phases.0.ticks=3",
-    "stream.phases.1.ticks=3",
-    "stream.phases.2.ticks=3",
-    "stream.withdrawals.0.at=8",
-    "evaluation.checkpoints=[20]",
-    "shifts.0.start=4",
-]
-
-
-def quiet() -> Console:
-    return Console(quiet=True)
 
 
 def run_small(tmp: Path, *extra: str):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_runner import SCENARIOS, SMALL
+from support.scenarios import SCENARIOS, SMALL
 
 from server.cli import main
 from simulator.errors import InputError

@@ -13,17 +13,17 @@ import copy
 
 import numpy as np
 import pytest
-from kafka_support import SMALL, scenario
 from scipy.linalg import eigh
+from support.scenarios import TEN_CLIENTS, scenario
 
 from simulator.federation import FederatedClient
 from simulator.head.data import DeletionStatistics
-from simulator.runner.setup import Federation, build_federation
+from simulator.runner.federation import Federation, build_federation
 
 
 @pytest.fixture(scope="module")
 def built() -> Federation:
-    return build_federation(scenario(SMALL))
+    return build_federation(scenario(TEN_CLIENTS))
 
 
 def removal_message(fed: Federation, client: int, ids: list[int]) -> DeletionStatistics:
@@ -89,7 +89,7 @@ def test_dense_sums_hide_the_rows_of_a_binary_head_but_not_of_several_classes(
     eigendecomposition separates them."""
     assert built.head.W.shape[1] == 1
     assert best_cosines(built, 1, 8).min() < 0.9
-    three = build_federation(scenario(SMALL, "data.synthetic.n_classes=3"))
+    three = build_federation(scenario(TEN_CLIENTS, "data.synthetic.n_classes=3"))
     assert three.head.W.shape[1] == 3
     assert best_cosines(three, 1, 8).min() > 0.99
 

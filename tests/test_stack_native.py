@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kafka_support import read_receipts
-from test_prometheus_live import api
+from support.kafka import read_receipts
+from support.prometheus import GRAFANA_VARIABLES, api, dashboards
 
 from server.kafka.producer import scenario_requests
 from server.kafka.topics import Topics
@@ -43,48 +43,34 @@ def stack(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-#: Grafana's built-in variables, as a range query over the run needs them.
-GRAFANA_VARIABLES = {
-    "$__rate_interval": "1m",
-    "$__range": "30m",
-    "$__interval": "15s",
-    "$instance": ".*",
-    "$run": ".*",
-}
-
-
-def panels() -> list[tuple[str, list[str]]]:
-    """(title, PromQL expressions) of every panel of the shipped dashboards."""
-    out = []
-    for path in sorted((ROOT / "docker/grafana/dashboards").glob("*.json")):
-        stack = list(json.loads(path.read_text())["panels"])
-        while stack:
+def empty_panels(prom: str, since: float) -> list[str]:
+    """Titles of the panels none of whose queries returned a sample during the run."""
+    empty = []
+    for dash in dashboards():
+        stack = list(dash["panels"])
+        while stack:  # rows may nest their panels
             panel = stack.pop(0)
             stack += panel.get("panels", [])
             exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
-            if exprs:
-                out.append((f"{path.stem}: {panel.get('title')}", exprs))
-    return out
+            if exprs and not has_data(prom, exprs, since):
+                empty.append(f"{dash.get('title')}: {panel.get('title')}")
+    return empty
 
 
-def empty_panels(prom: str, since: float) -> list[str]:
-    """Titles of the panels none of whose queries returned a sample during the run."""
+def has_data(prom: str, exprs: list[str], since: float) -> bool:
+    """Whether any of a panel's queries returned a sample during the run."""
     import time
 
-    empty = []
-    for title, exprs in panels():
-        found = False
-        for expr in exprs:
-            for var, value in GRAFANA_VARIABLES.items():
-                expr = expr.replace(var, value)
-            data = api(
-                prom, "/api/v1/query_range", query=expr, start=str(since - 60),
-                end=str(time.time()), step="5",
-            )  # fmt: skip
-            found = found or any(series["values"] for series in data["result"])
-        if not found:
-            empty.append(title)
-    return empty
+    for expr in exprs:
+        for var, value in GRAFANA_VARIABLES.items():
+            expr = expr.replace(var, value)
+        data = api(
+            prom, "/api/v1/query_range", query=expr, start=str(since - 60),
+            end=str(time.time()), step="5",
+        )  # fmt: skip
+        if any(series["values"] for series in data["result"]):
+            return True
+    return False
 
 
 def test_stack_up_answers_every_request_and_down_leaves_nothing(tmp_path: Path) -> None:

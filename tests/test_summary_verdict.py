@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
-from test_runner import SCENARIOS, SMALL
+from support.scenarios import SCENARIOS, SMALL
 
 from simulator.runner import run_scenario
 from simulator.runner.outputs import read_summary, read_verdict

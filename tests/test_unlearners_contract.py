@@ -12,33 +12,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support.unlearners import DATA, FAST, PROBE, SETTINGS
 
 from simulator.errors import ConfigError, InputError, UnknownSampleError
-from simulator.features.decorrelation import DecorrelationConfig
-from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
 from simulator.unlearners import (
     BaseUnlearner,
-    ModelSettings,
-    TrainingSet,
     Unlearner,
     create_unlearner,
     registered_unlearners,
 )
 
 METHODS = registered_unlearners()
-#: Method options that keep each fit and removal well under a second.
-FAST: dict[str, dict[str, Any]] = {"cu": {"depth": 5, "hvp_batch": 16}, "sisa": {"slices": 2}}
-SETTINGS = ModelSettings(
-    backbone=BackboneSpec("mlp", feature_dim=6, hidden=(12,)),
-    epochs=2,
-    batch_size=16,
-    lr=1e-2,
-    rff_dim=24,
-    head=HeadConfig(),
-    decorrelation=DecorrelationConfig(features=6, steps=5),
-    device="cpu",
-)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -47,17 +31,6 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-def tiny_data(n: int = 60, seed: int = 0) -> TrainingSet:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 5)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.7).astype(np.int64)
-    return TrainingSet(x, y, 3, groups=np.arange(n) % 3)
-
-
-DATA = tiny_data()
-PROBE = np.random.default_rng(9).normal(size=(7, 5)).astype(np.float32)
 
 
 def make(method: str) -> BaseUnlearner[Any]:

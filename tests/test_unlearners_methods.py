@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_unlearners_contract import DATA, FAST, PROBE, SETTINGS
+from support.unlearners import DATA, FAST, PROBE, SETTINGS
 
 from simulator.errors import ConfigError, InputError, UnknownSampleError
 from simulator.unlearners import (

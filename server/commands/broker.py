@@ -21,6 +21,7 @@ DEFAULT_FILE = ".unlearnsim/broker.json"
 
 
 def register(sub: Any) -> None:
+    """Add the ``broker`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("broker", help="start or stop the bundled Kafka-compatible broker")
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
@@ -35,6 +36,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Start, stop or report on the bundled broker; returns the exit status."""
     from server.kafka.broker import LocalBroker, broker_binary, port_open, stop_pid
 
     info_path = Path(args.pid_file)

@@ -13,6 +13,7 @@ from simulator.errors import ConfigError
 
 
 def register(sub: Any) -> None:
+    """Add the ``produce`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser(
         "produce",
         help="replay a scenario's deletion stream to the Kafka requests topic",
@@ -36,6 +37,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Send the scenario's deletion requests to the requests topic; returns the exit status."""
     from pathlib import Path
 
     from server.kafka.producer import replay_requests, scenario_requests, send_times

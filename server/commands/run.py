@@ -131,7 +131,7 @@ def _run(args: argparse.Namespace, scenario: Any, console: Console) -> int:
             result = run_flower(scenario, args, console, callbacks)
             return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
         if uses_kafka(args, scenario):
-            from server.kafka.cli import run_kafka
+            from server.kafka.launch import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
         from simulator.runner import run_scenario

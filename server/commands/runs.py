@@ -17,6 +17,7 @@ from rich.table import Table
 
 
 def register(sub: Any) -> None:
+    """Add ``runs compare`` to the CLI."""
     p = sub.add_parser("runs", help="inspect finished run folders")
     runs = p.add_subparsers(dest="runs_command", required=True)
     c = runs.add_parser("compare", help="compare run folders side by side (table and plots)")
@@ -31,6 +32,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Print the comparison and write its files; exit code 0."""
     from simulator.runner.runs_compare import compare_table, load_run, markdown, plot_compare
 
     runs = [load_run(f) for f in args.folders]

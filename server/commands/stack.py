@@ -28,6 +28,7 @@ SERVER = "server"
 
 
 def register(sub: Any) -> None:
+    """Add the ``stack`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser(
         "stack",
         help="run docker/compose.yaml's services as local processes (up, down, status)",
@@ -63,6 +64,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Bring the local stack up or down, or print its status; returns the exit status."""
     from server.stack import supervisor
 
     folder = Path(args.dir).resolve()
@@ -102,8 +104,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 
 class WaitProgress:
-    """Progress of ``stack up --wait``: a live status line on a terminal (elapsed time, the
-    server's last log line, services that exited), else one line every ``every`` seconds."""
+    """Progress display of ``stack up --wait``.
+
+    A live status line on a terminal (elapsed time, the
+    server's last log line, services that exited), else one line every ``every`` seconds.
+    """
 
     def __init__(self, console: Console, service: str, every: float = 15.0) -> None:
         self.console, self.service, self.every = console, service, every
@@ -122,6 +127,7 @@ class WaitProgress:
             self._status.stop()
 
     def __call__(self, elapsed: float, state: dict[str, Any]) -> None:
+        """Show progress at ``elapsed`` seconds, given the supervisor's ``state``."""
         from server.stack.supervisor import last_log_line, running
 
         services = state["services"]

@@ -1,6 +1,6 @@
-"""``unlearnsim supernode``: Flower SuperNodes with warm ClientApp workers (docs/flower.md).
+r"""``unlearnsim supernode``: Flower SuperNodes with warm ClientApp workers (docs/flower.md).
 
-    unlearnsim supernode --insecure --superlink SERVER:9091 --port 9094 \\
+    unlearnsim supernode --insecure --superlink SERVER:9091 --port 9094 \
         --node-config "partition-id=0 num-partitions=3"
 
 Takes ``flower-supernode``'s main options (more after ``--``) and runs the SuperNode with
@@ -22,6 +22,7 @@ from server.flower.environment import FLOWER_ENV, POLL_ENV, SUPERNODE_PORT
 
 
 def register(sub: Any) -> None:
+    """Add the ``supernode`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("supernode", help="Flower SuperNodes with warm ClientApp workers")
     p.add_argument(
         "--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's Fleet API address"
@@ -67,6 +68,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Run the warm SuperNodes until stopped; returns the exit status."""
     for key, value in FLOWER_ENV.items():  # no telemetry, no update check, no `uv sync`
         os.environ.setdefault(key, value)
     from server.flower.warm_nodes import launcher_from_args

@@ -18,6 +18,7 @@ from simulator.errors import ConfigError
 
 
 def register(sub: Any) -> None:
+    """Add the ``validate`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("validate", help="check scenario files without running them")
     p.add_argument("files", nargs="+")
     add_overrides(p)
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Check each scenario file (schema, then pre-flight); returns 1 if any is invalid."""
     from simulator.scenario import load_scenario
     from simulator.scenario.preflight import preflight
 

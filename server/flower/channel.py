@@ -18,7 +18,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from numpy.typing import NDArray
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.fleet import Exchange, Request
 from server.flower.stats_cache import StatisticsCache, head_key
 from simulator.errors import ClientUnavailableError
@@ -29,21 +29,32 @@ from simulator.head.logistic import ShardStatistics
 
 
 class ClientLink(Protocol):
-    """What the channels need from the transport that owns them (it implements this; the
-    channels never import it, so the two modules do not depend on each other)."""
+    """The transport as its channels see it.
+
+    What the channels need from the transport that owns them (it implements this; the
+    channels never import it, so the two modules do not depend on each other).
+    """
 
     wants_weights: bool
 
     @property
-    def fanout(self) -> FlowerFanout: ...
+    def fanout(self) -> FlowerFanout:
+        """The fan-out that sends one question to many clients."""
+        ...
 
-    def channel(self, client_id: int) -> FlowerClientChannel: ...
+    def channel(self, client_id: int) -> FlowerClientChannel:
+        """The channel of client ``client_id``."""
+        ...
 
     def send(
         self, requests: Mapping[int, Request], *, repeatable: bool, train: bool = False
-    ) -> Exchange: ...
+    ) -> Exchange:
+        """Send one message per client and wait for the replies."""
+        ...
 
-    def refresh_weights(self) -> None: ...
+    def refresh_weights(self) -> None:
+        """Fetch the current weights of every stale client in one round trip."""
+        ...
 
 
 FloatArray = NDArray[np.float64]
@@ -104,16 +115,20 @@ class FlowerClientChannel:
     # ------------------------------------------------------------ mirror
     @property
     def retained_ids(self) -> IntArray:
+        """Global ids of the client's retained rows."""
         return self._rows[self._active]
 
     @property
     def retained_count(self) -> int:
+        """Number of retained rows."""
         return int(self._active.sum())
 
     def max_weight(self) -> float:
+        """Largest weight of a retained row, as last reported."""
         return self._max_weight
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that this client does not hold (unknown or already deleted)."""
         out = []
         for i in ids:
             local = self._local.get(int(i))
@@ -148,12 +163,17 @@ class FlowerClientChannel:
         gram: bool = False,
         hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
+        """Head statistics of this client's rows at ``W`` (one round trip, cached).
+
+        See :meth:`FlowerFanout.statistics`.
+        """
         fan = self._transport.fanout
         return fan.statistics(
             [self.client_id], W, hessian=hessian, gram=gram, hessian_at=hessian_at
         )[self.client_id]
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        """Delete ``ids`` on the client and return the statistics of the removed rows."""
         return self._transport.fanout.delete({self.client_id: ids}, W=W, W_ref=W_ref)[
             self.client_id
         ]
@@ -167,13 +187,16 @@ class FlowerClientChannel:
         return self._view
 
     def set_weights(self, weights: FloatArray) -> None:
+        """Cache the client's reported ``weights`` (one per local row, 0 when deleted)."""
         self._view = WeightsView(weights, np.flatnonzero(self._active).astype(np.int64))
 
     @property
     def stale(self) -> bool:
+        """Whether the cached weights must be fetched again."""
         return self._view is None
 
     def retained_weights(self) -> tuple[IntArray, FloatArray]:
+        """Global ids of the retained rows and their current weights."""
         view = self.data
         return self._rows[view.retained_ids], view.weights[view.retained_ids]
 
@@ -194,6 +217,24 @@ class FlowerFanout:
         gram: bool = False,
         hessian_at: FloatArray | None = None,
     ) -> dict[int, ShardStatistics]:
+        """Head statistics of several clients in one round trip.
+
+        Clients whose answer at the same ``W`` / ``hessian_at`` is cached are not asked again.
+        The caller sums the answers: the data terms of the head's loss (Guo et al. ICML 2020,
+        eq. 1) are sums over rows, hence over the clients' disjoint shards.
+
+        Parameters
+        ----------
+        clients : client ids to ask.
+        W : (d, K) head weights the gradient is taken at.
+        hessian, gram : also return the Hessian / Gram matrix.
+        hessian_at : weights to take the Hessian at (default ``W``).
+
+        Returns
+        -------
+        dict
+            Client id -> its :class:`ShardStatistics`.
+        """
         key = head_key(W, hessian_at)
         ask_hessian = self.cache.ask_hessian(hessian)
         out: dict[int, ShardStatistics] = {}
@@ -227,6 +268,18 @@ class FlowerFanout:
     def delete(
         self, groups: Mapping[int, Sequence[int]], *, W: FloatArray, W_ref: FloatArray
     ) -> dict[int, DeletionStatistics]:
+        """Delete rows on several clients in one round trip.
+
+        Parameters
+        ----------
+        groups : client id -> the global ids to delete there.
+        W, W_ref : head weights before the deletion and the reference head.
+
+        Returns
+        -------
+        dict
+            Client id -> the statistics of the rows it removed.
+        """
         want = {"weights": self._transport.wants_weights}
 
         def content(ids: Sequence[int]) -> Callable[[], RecordDict]:

@@ -76,6 +76,11 @@ class WarmApp:
 
     @classmethod
     def load(cls, ref: str = APP_REF, preload: tuple[str, ...] = PRELOAD) -> WarmApp:
+        """Import the ClientApp ``ref`` (``module:attribute``) and the ``preload`` modules.
+
+        Records the digests of the project's files now loaded, so that a later change to them
+        is detected.
+        """
         module_name, _, attribute = ref.partition(":")
         module = importlib.import_module(module_name)
         for name in preload:
@@ -124,9 +129,12 @@ class WarmApp:
 
 
 def project_packages(top: str, root: Path) -> frozenset[str]:
-    """The top-level packages shipped with ``top``: its distribution's (``unlearnsim``:
+    """Top-level packages shipped with the package ``top``.
+
+    Its distribution's (``unlearnsim``:
     clients, server, simulator), else, for a source tree on ``sys.path``, the imported
-    packages that sit next to it in ``root``."""
+    packages that sit next to it in ``root``.
+    """
     owners = importlib.metadata.packages_distributions()
     dists = set(owners.get(top, []))
     if dists:

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from server.flower.environment import flower_env
 from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
-from server.flower.settings import APP_DIR, FleetSettings, RunConfig, StreamSettings
+from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunConfig
 from server.processes import executable
 from simulator.scenario import Scenario, scenario_to_yaml
 
@@ -36,7 +36,7 @@ CONNECTION = "unlearnsim"
 TRANSPORT_FILE = "transport.json"  # the ServerApp's last file (server/server_app.py)
 
 
-def run_deployed(
+def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each defaulted)
     scenario: Scenario,
     folder: Path,
     settings: FleetSettings,
@@ -45,7 +45,7 @@ def run_deployed(
     console: Console | None = None,
     wall_limit: float = 6 * 3600.0,
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
     superlink_env: dict[str, str] | None = None,
     stock: bool = False,
 ) -> RunResult:
@@ -86,14 +86,13 @@ def run_deployed(
             transport="flower-deploy",
             plots=plots,
             fleet=settings,
-            kafka=stream or StreamSettings(),
+            kafka=stream or ConsumerSettings(),
         )
         run_id = _submit(home, flower, config)
         if fed is not None:
             fed.wait_ready()  # the SuperNodes imported torch while `flwr run` submitted
         console.print(f"Flower run {run_id} submitted; waiting for it to finish")
-        events = folder / "events.jsonl"
-        status = _wait(home, run_id, events, folder, console, wall_limit, fed)
+        status = _wait(home, run_id, folder, console, wall_limit, fed)
     from simulator.runner.result import RunResult
 
     if status != "finished:completed":
@@ -117,8 +116,11 @@ def run_deployed(
 
 @contextmanager
 def _terminate_cleanly() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise instead of killing the process, so the processes we started are
-    stopped on the way out (a plain SIGTERM would skip every ``finally``)."""
+    """Turn SIGTERM/SIGHUP into an exception for the duration of the block.
+
+    SIGTERM/SIGHUP raise instead of killing the process, so the processes we started are
+    stopped on the way out (a plain SIGTERM would skip every ``finally``).
+    """
 
     def stop(signum: int, frame: object) -> None:
         raise FlowerProcessError(f"interrupted by signal {signum}; stopping the Flower processes")
@@ -171,9 +173,12 @@ def _submit(home: Path, flower: Path, config: RunConfig) -> str:
 
 
 def stage_app(dest: Path) -> Path:
-    """The app's files (``fab-include`` of ``[tool.flwr.app]``, and ``pyproject.toml``) copied
+    """Copy the Flower app's files to ``dest``.
+
+    The app's files (``fab-include`` of ``[tool.flwr.app]``, and ``pyproject.toml``) copied
     to ``dest``: ``flwr run`` walks every file under the folder it is given before it filters
-    (in a checkout, the virtual environment's tens of thousands: seconds of a run's start)."""
+    (in a checkout, the virtual environment's tens of thousands: seconds of a run's start).
+    """
     project = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
     shutil.rmtree(dest, ignore_errors=True)
     files = {APP_DIR / "pyproject.toml", APP_DIR / "README.md"}
@@ -189,13 +194,14 @@ def stage_app(dest: Path) -> Path:
 def _wait(
     home: Path,
     run_id: str,
-    events: Path,
     folder: Path,
     console: Console,
     wall_limit: float,
     fed: LocalFederation | None = None,
 ) -> str:
     """Wait for the run's status to be final, echoing new events; stop it past ``wall_limit``.
+
+    The events are those the ServerApp appends to ``folder/events.jsonl``.
 
     ``flwr ls`` is a process start (one to several seconds on a loaded machine), so it is
     asked every 10 s, and every 0.5 s once the ServerApp has written its last file
@@ -204,6 +210,7 @@ def _wait(
     """
     started = time.time()
     deadline = time.monotonic() + wall_limit
+    events = folder / "events.jsonl"
     # an output folder reused from an earlier run keeps its events: show only the new ones
     shown = len(events.read_text().splitlines()) if events.exists() else 0
     next_ask = time.monotonic() + 10.0

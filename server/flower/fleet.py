@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.settings import FleetSettings
 from simulator.errors import ClientUnavailableError, ConfigError
 
@@ -59,6 +59,7 @@ class MessageStats:
     client_seconds: float = 0.0  # slowest client's compute per round trip, summed
 
     def as_dict(self) -> dict[str, float]:
+        """The counters as a JSON-ready dict."""
         return {
             "round_trips": self.round_trips,
             "messages": self.messages,
@@ -176,7 +177,9 @@ class Fleet:
     def _round_trip(
         self, sent: Mapping[int, Message], timeout: float, mtype: str
     ) -> tuple[dict[int, RecordDict | Failed], float]:
-        """Push every message in one call, then pull until every reply is in or ``timeout``
+        """Send messages and collect their replies.
+
+        Push every message in one call, then pull until every reply is in or ``timeout``
         passes. Pulls back off from :data:`FIRST_PULL` to ``settings.poll_interval`` (a reply
         that is quick is collected quickly; a slow one costs few requests).
 

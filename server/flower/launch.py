@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from server.flower.settings import FleetSettings, StreamSettings
+from server.flower.settings import ConsumerSettings, FleetSettings
 from server.kafka.options import uses_kafka
 from simulator.scenario import Scenario
 
@@ -44,9 +44,9 @@ def run_flower(
     folder = Path(args.output or scenario.output_dir).resolve()
     timeout = {} if args.client_timeout is None else {"timeout": args.client_timeout}
     settings = FleetSettings(**timeout)
-    stream = StreamSettings()
+    stream = ConsumerSettings()
     if uses_kafka(args, scenario):
-        from server.kafka.cli import stream_from_args
+        from server.kafka.launch import stream_from_args
 
         stream = stream_from_args(args)
     if scenario.transport == "flower-sim":

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from server.kafka.settings import StreamSettings
+from server.kafka.settings import ConsumerSettings
 from simulator.errors import ConfigError
 
-__all__ = ["APP_DIR", "FleetSettings", "RunConfig", "StreamSettings"]
+__all__ = ["APP_DIR", "ConsumerSettings", "FleetSettings", "RunConfig"]
 
 APP_DIR = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ class RunConfig(BaseModel):
     transport: Literal["auto", "flower-sim", "flower-deploy"] = "auto"
     plots: bool = True
     fleet: FleetSettings = FleetSettings()
-    kafka: StreamSettings = StreamSettings()
+    kafka: ConsumerSettings = ConsumerSettings()
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
@@ -57,7 +57,7 @@ class RunConfig(BaseModel):
         kafka = {k[6:]: v for k, v in values.items() if k.startswith("kafka_")}
         top = {k: v for k, v in values.items() if k not in fleet_keys and k[:6] != "kafka_"}
         try:
-            return cls(**top, fleet=FleetSettings(**fleet), kafka=StreamSettings(**kafka))
+            return cls(**top, fleet=FleetSettings(**fleet), kafka=ConsumerSettings(**kafka))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]).replace("_", "-")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from server.flower.environment import apply_flower_env
-from server.flower.settings import APP_DIR, FleetSettings, StreamSettings
+from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings
 from simulator.runner import RunResult
 from simulator.scenario import Scenario
 
@@ -27,7 +27,7 @@ def run_simulated(
     *,
     on_event: Sequence[Callable[[dict[str, Any], Any], None]] = (),
     plots: bool = True,
-    stream: StreamSettings | None = None,
+    stream: ConsumerSettings | None = None,
 ) -> RunResult:
     """Run ``scenario`` with ``num_clients`` simulated SuperNodes; outputs in ``folder``."""
     apply_flower_env(folder / "flwr-home")
@@ -67,9 +67,12 @@ def run_simulated(
 
 
 def client_app_component() -> Any:
-    """The ClientApp named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
+    """The ClientApp object that ``flwr run`` would load.
+
+    It is named in pyproject.toml's ``[tool.flwr.app.components]``, as ``flwr run``
     loads it (by reference: the server package never imports the clients package, except the
-    shared message protocol ``clients.records``)."""
+    shared message protocol ``clients.protocol``).
+    """
     import importlib
     import tomllib
 

@@ -45,9 +45,11 @@ class StatisticsCache:
 
     @classmethod
     def empty(cls) -> StatisticsCache:
+        """A cache with no entries."""
         return cls({})
 
     def get(self, client: int, key: bytes, *, hessian: bool, gram: bool) -> ShardStatistics | None:
+        """The cached statistics of ``client`` at ``key``, if they hold what is asked."""
         entry = self.entries.get(client)
         if entry is None or entry[0] != key:
             return None
@@ -61,9 +63,11 @@ class StatisticsCache:
         )
 
     def put(self, client: int, key: bytes, stats: ShardStatistics) -> None:
+        """Cache the statistics ``stats`` of ``client`` at ``key``."""
         self.entries[client] = (key, stats)
 
     def drop(self, client: int) -> None:
+        """Forget the cached statistics of ``client``."""
         self.entries.pop(client, None)
 
     def ask_hessian(self, hessian: bool) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import RecordDict
 from numpy.typing import NDArray
 
-from clients import records as rec
+from clients import protocol as rec
 from server.flower.channel import FlowerClientChannel, FlowerFanout, row_weights
 from server.flower.fleet import Exchange, Fleet, Request
 from simulator.errors import ClientUnavailableError, InputError
@@ -70,17 +70,21 @@ class FlowerTransport:
 
     @property
     def name(self) -> str:
+        """The transport's name (as scenarios spell it)."""
         return self._name
 
     @property
     def fanout(self) -> FlowerFanout:
+        """The fan-out sending one question to many clients."""
         return self._fanout
 
     @property
     def fleet(self) -> Fleet:
+        """The SuperNodes this transport talks to."""
         return self._fleet
 
     def channel(self, client_id: int) -> FlowerClientChannel:
+        """The channel of client ``client_id``."""
         return self._channels[client_id]
 
     def send(
@@ -93,6 +97,8 @@ class FlowerTransport:
 
     # ------------------------------------------------------------ FedAvg
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
+        """One FedAvg local round on every client, from the global model ``global_arrays``."""
+
         def content() -> RecordDict:
             config = {"scenario": self._yaml, "round": round_index}
             return rec.content(config, {rec.MODEL: global_arrays})
@@ -118,6 +124,7 @@ class FlowerTransport:
     def open_clients(
         self, featurizer: Featurizer, shards: Sequence[IntArray]
     ) -> dict[int, RunnerClient]:
+        """Send each client its shard and the featurizer; returns a channel per client."""
         extractor = state_to_arrays(featurizer.model)
         rff = featurizer.rff.to_arrays()
 
@@ -166,6 +173,8 @@ class FlowerTransport:
         self._clients = [c for c in self._clients if c != client_id]
 
     def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
+        """The report of each of ``clients`` at head ``W`` (one round trip)."""
+
         def content() -> RecordDict:
             return rec.content(None, {rec.HEAD: {"W": W}})
 

@@ -58,6 +58,8 @@ class NodeSpec:
 
 @dataclass
 class Child:
+    """A forked process the launcher supervises: a SuperNode or its ClientApp worker."""
+
     role: str  # "supernode" or "clientapp"
     node: NodeSpec
     pid: int
@@ -88,6 +90,7 @@ class Launcher:
 
     # ------------------------------------------------------------ start
     def run(self) -> int:
+        """Fork the SuperNodes and workers, supervise them until stopped; the exit status."""
         problems = fi.pin_problems()
         if problems:
             raise ConfigError(
@@ -241,6 +244,7 @@ class Launcher:
 
 # ---------------------------------------------------------------------------- command
 def launcher_from_args(args: argparse.Namespace) -> Launcher:
+    """The :class:`Launcher` for the parsed ``unlearnsim supernode`` arguments."""
     configs: list[str] = args.node_config
     ports: list[int] = args.port or [SUPERNODE_PORT + i for i in range(len(configs))]
     if len(ports) != len(configs):

@@ -18,13 +18,16 @@ class Backoff:
     attempts: int = 0
 
     def delay(self) -> float:
+        """Seconds the next sleep lasts."""
         return float(min(self.maximum, self.initial * 2 ** min(self.attempts, 30)))
 
     def sleep(self) -> float:
+        """Sleep for :meth:`delay` seconds and count the attempt; returns the seconds slept."""
         seconds = self.delay()
         time.sleep(seconds)
         self.attempts += 1
         return seconds
 
     def reset(self) -> None:
+        """Start again from ``initial`` (after a success)."""
         self.attempts = 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaConsumer, TopicPartition
 
-from server.kafka.records import Incoming
+from server.kafka.wire import Incoming
 
 
 @dataclass(frozen=True)

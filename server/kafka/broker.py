@@ -87,6 +87,7 @@ class LocalBroker:
 
     @property
     def pid(self) -> int | None:
+        """The broker process's PID, or None when it is not running."""
         return None if self.process is None else self.process.pid
 
     def start(self, timeout: float = 15.0) -> int:

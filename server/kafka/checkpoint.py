@@ -5,11 +5,11 @@ of the new file, then an ``fsync`` of the folder), so a reader sees either the p
 checkpoint or the new one, never a mix. It is a versioned state dict
 (:mod:`simulator.state_files`: arrays plus one JSON document, read without pickle), holding
 
-* the federation's mutable state (:meth:`~simulator.runner.setup.Federation.state_dict`): the
+* the federation's mutable state (:meth:`~simulator.runner.federation.Federation.state_dict`): the
   certified head (model, perturbation, charge, the solver's Hessians and factors, the Gram
   matrix, the generator of future perturbations), every client's weights and retained flags,
   and the clients excluded after failing. What never changes after
-  :func:`~simulator.runner.setup.build_federation` (feature rows, labels, id maps) is not
+  :func:`~simulator.runner.federation.build_federation` (feature rows, labels, id maps) is not
   written: it comes from the freshly built (or reloaded) federation, after checking a digest
   of its bytes, so the restored head is the saved one bit for bit;
 * the consumer's own state (:class:`ConsumerState`, as plain data): the ledger, the next offset
@@ -42,12 +42,12 @@ import numpy as np
 
 from server.kafka.errors import CheckpointError
 from server.kafka.offsets import Fingerprint
-from server.kafka.records import Incoming, OutRecord
+from server.kafka.wire import Incoming, OutRecord
 from simulator.errors import InputError
 from simulator.federation import FederatedHeadData
 from simulator.head import CertifiedHead
+from simulator.runner.federation import Federation
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
 from simulator.state_files import read_state, write_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Entry
@@ -122,8 +122,11 @@ class ConsumerState:
         )
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
-        """Checkpoints written before a field existed load with its default; those written
-        before the run's totals moved into ``run`` (``forgotten``, ``last_tick``) are moved."""
+        """Upgrade a checkpoint written by an older version.
+
+        Checkpoints written before a field existed load with its default; those written
+        before the run's totals moved into ``run`` (``forgotten``, ``last_tick``) are moved.
+        """
         saved = dict(saved)
         if "run" not in saved:
             saved["run"] = RunState(
@@ -230,6 +233,7 @@ class CheckpointStore:
 
     @property
     def path(self) -> Path:
+        """Path of the checkpoint file."""
         return self.folder / NAME
 
     @staticmethod

@@ -42,7 +42,9 @@ from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
 from server.kafka.gate import Gate, GatePolicy, registry_of
 from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
-from server.kafka.records import (
+from server.kafka.security import client_options
+from server.kafka.topics import Topics, ensure_topics
+from server.kafka.wire import (
     MAX_REQUEST_BYTES,
     Incoming,
     Malformed,
@@ -51,11 +53,9 @@ from server.kafka.records import (
     decode_request,
     receipt_record,
 )
-from server.kafka.security import client_options
-from server.kafka.topics import Topics, ensure_topics
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome, apply_batch
 from simulator.runner.recorder import RunRecorder
-from simulator.runner.setup import Federation
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Ledger
 
@@ -123,8 +123,11 @@ class DeletionConsumer:
         self._stop = True
 
     def run(self) -> dict[str, Any]:
-        """Consume until stopped or idle; returns a summary (totals over every session so far,
-        and this session's own counts and times under ``session``)."""
+        """Run the consumer loop.
+
+        Consume until stopped or idle; returns a summary (totals over every session so far,
+        and this session's own counts and times under ``session``).
+        """
         cfg = self.config
         wall = time.perf_counter()
         with CheckpointStore(cfg.state_dir, self.fed, fsync=cfg.fsync) as store:
@@ -460,8 +463,11 @@ class DeletionConsumer:
             self._emit(outcome.event)
 
     def _emit(self, event: dict[str, Any], persist: bool = True) -> None:
-        """Send ``event`` to the hooks; ``persist``: also log it (the run's recorder, or the
-        events file)."""
+        """Dispatch an event to the hooks.
+
+        Send ``event`` to the hooks; ``persist``: also log it (the run's recorder, or the
+        events file).
+        """
         if self.recorder is not None:
             self.recorder.emit(event, self.fed, persist=persist)
         elif persist and self.config.events_path is not None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from server.kafka.checkpoint import ConsumerState
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome
-from simulator.runner.setup import Federation
 
 COUNTERS = (
     "records",
@@ -31,8 +31,10 @@ COUNTERS = (
 
 
 def count_batch(counters: dict[str, int], records: int, result: BatchOutcome, dead: int) -> None:
-    """Add one batch to the running counters (kept in the checkpoint); ``rejected`` includes
-    the ``unauthorised`` ones."""
+    """Add one batch to the running counters.
+
+    The counters are kept in the checkpoint; ``rejected`` includes the ``unauthorised`` ones.
+    """
     counters["records"] += records
     counters["applied"] += result.count("applied")
     counters["rejected"] += result.count("rejected")

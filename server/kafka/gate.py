@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from server.kafka.records import Incoming
 from server.kafka.settings import RATE_LIMIT, RATE_WINDOW
 from server.kafka.signing import verify
-from simulator.runner.setup import Federation
+from server.kafka.wire import Incoming
+from simulator.runner.federation import Federation
 from simulator.stream import DeletionRequest
 from simulator.stream.subjects import SubjectRegistry, subject_registry
 

@@ -73,6 +73,7 @@ class Gap:
     latest: int
 
     def describe(self, topic: str) -> str:
+        """A sentence saying what happened to the checkpointed position in ``topic``."""
         what = {
             "truncated": "the log now ends before it",
             "expired": "the log now starts after it (unread records were deleted)",

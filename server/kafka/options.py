@@ -124,6 +124,7 @@ def add_signing_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def topics_from(args: argparse.Namespace) -> Topics:
+    """The topic names from the parsed command line."""
     return Topics(args.requests_topic, args.receipts_topic, args.dead_letter_topic)
 
 

@@ -1,6 +1,6 @@
 """Replays a scenario's generated deletion stream onto the requests topic.
 
-The stream is generated exactly as :func:`~simulator.runner.setup.build_federation` generates
+The stream is generated exactly as :func:`~simulator.runner.federation.build_federation` generates
 it (same partition, labels and ``stream`` random generator), but without training anything:
 only the data and the partition are needed. Records are keyed by request id and sent at a
 fixed rate or as fast as possible; with a signing key each carries its HMAC
@@ -20,7 +20,7 @@ from server.kafka.publisher import producer_settings
 from server.kafka.signing import HEADER, sign
 from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.evaluation import original_labels
-from simulator.runner.setup import load_dataset, split_clients
+from simulator.runner.federation import load_dataset, split_clients
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, generate_stream
@@ -49,6 +49,7 @@ class ReplayReport:
 
     @property
     def rate(self) -> float:
+        """Records sent per second (infinite when no time elapsed)."""
         return self.sent / self.seconds if self.seconds > 0 else float("inf")
 
 
@@ -90,8 +91,11 @@ def replay(
 def send_times(
     requests: Sequence[DeletionRequest], *, rate: float | None = None, realtime: bool = False
 ) -> list[float] | None:
-    """Send times: ``i / rate``; or, ``realtime``, each request's time since the first one's
-    (``requested_at``, the scenario's ticks); neither: None (as fast as possible)."""
+    """Send time of each request, in seconds from the start.
+
+    Send times: ``i / rate``; or, ``realtime``, each request's time since the first one's
+    (``requested_at``, the scenario's ticks); neither: None (as fast as possible).
+    """
     if rate is not None:
         if rate <= 0:
             raise ValueError(f"rate should be positive, got {rate}")
@@ -102,7 +106,7 @@ def send_times(
     return None
 
 
-def replay_requests(
+def replay_requests(  # noqa: PLR0913 (keyword-only send options, each defaulted)
     requests: Sequence[DeletionRequest],
     *,
     bootstrap: str,

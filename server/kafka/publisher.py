@@ -22,8 +22,8 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import caught_up
-from server.kafka.records import OutRecord, header
 from server.kafka.security import client_options
+from server.kafka.wire import OutRecord, header
 
 log = logging.getLogger(__name__)
 
@@ -125,40 +125,29 @@ class Publisher:
             **client_options(),
         )
         try:
-            parts: list[TopicPartition] = []
-            for topic in sorted(topics):
-                ids = consumer.partitions_for_topic(topic)
-                if not ids:
-                    raise KafkaTimeoutError(f"no metadata for topic {topic}")
-                parts.extend(TopicPartition(topic, p) for p in sorted(ids))
-            consumer.assign(parts)
-            for tp in parts:
-                consumer.seek(tp, start.get((tp.topic, tp.partition), 0))
-            prefix = f"{batch}:".encode()
-            present: set[int] = set()
-            rewound: set[TopicPartition] = set()
-            deadline = time.monotonic() + self.scan_timeout
-            while True:
-                for messages in consumer.poll(timeout_ms=200).values():
-                    for m in messages:
-                        tag = header(m.headers, OUTBOX_HEADER) or b""
-                        if tag.startswith(prefix):
-                            present.add(int(tag[len(prefix) :]))
-                for tp in parts:  # the topic ends before ``start``: re-created, read it all
-                    high = consumer.highwater(tp)
-                    if high is not None and high < consumer.position(tp) and tp not in rewound:
-                        rewound.add(tp)
-                        consumer.seek_to_beginning(tp)
-                if caught_up(consumer, parts):
-                    return present, {
-                        (tp.topic, tp.partition): consumer.position(tp) for tp in parts
-                    }
-                if time.monotonic() > deadline:
-                    raise KafkaTimeoutError(
-                        f"reading {sorted(topics)} took over {self.scan_timeout} s"
-                    )
+            parts = _assign(consumer, topics, start)
+            return self._read_tags(consumer, parts, f"{batch}:".encode(), topics)
         finally:
             consumer.close()
+
+    def _read_tags(
+        self, consumer: KafkaConsumer, parts: list[TopicPartition], prefix: bytes, topics: set[str]
+    ) -> tuple[set[int], dict[Position, int]]:
+        """Read ``parts`` to their ends; the indexes tagged ``prefix``, and the end offsets."""
+        present: set[int] = set()
+        rewound: set[TopicPartition] = set()
+        deadline = time.monotonic() + self.scan_timeout
+        while True:
+            for messages in consumer.poll(timeout_ms=200).values():
+                for m in messages:
+                    tag = header(m.headers, OUTBOX_HEADER) or b""
+                    if tag.startswith(prefix):
+                        present.add(int(tag[len(prefix) :]))
+            _rewind_recreated(consumer, parts, rewound)
+            if caught_up(consumer, parts):
+                return present, {(tp.topic, tp.partition): consumer.position(tp) for tp in parts}
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"reading {sorted(topics)} took over {self.scan_timeout} s")
 
     def _get_producer(self) -> KafkaProducer:
         if self._producer is None:
@@ -185,14 +174,18 @@ class Publisher:
             log.debug("closing a failed producer raised", exc_info=True)
 
     def close(self) -> None:
+        """Close the producer, waiting at most ``flush_timeout`` for pending records."""
         if self._producer is not None:
             self._producer.close(timeout=self.flush_timeout)
             self._producer = None
 
 
 def producer_settings(bootstrap: str) -> dict[str, Any]:
-    """Idempotent, acknowledged by all replicas, small linger, bounded blocking; TLS/SASL
-    from the environment (:mod:`server.kafka.security`)."""
+    """Producer settings for the ``kafka-python`` client.
+
+    Idempotent, acknowledged by all replicas, small linger, bounded blocking; TLS/SASL
+    from the environment (:mod:`server.kafka.security`).
+    """
     return {
         "bootstrap_servers": bootstrap,
         "acks": "all",
@@ -205,3 +198,30 @@ def producer_settings(bootstrap: str) -> dict[str, Any]:
         "bootstrap_timeout_ms": 5000,
         **client_options(),
     }
+
+
+def _assign(
+    consumer: KafkaConsumer, topics: set[str], start: dict[Position, int]
+) -> list[TopicPartition]:
+    """Assign every partition of ``topics`` to ``consumer``, each at its ``start`` offset."""
+    parts: list[TopicPartition] = []
+    for topic in sorted(topics):
+        ids = consumer.partitions_for_topic(topic)
+        if not ids:
+            raise KafkaTimeoutError(f"no metadata for topic {topic}")
+        parts.extend(TopicPartition(topic, p) for p in sorted(ids))
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, start.get((tp.topic, tp.partition), 0))
+    return parts
+
+
+def _rewind_recreated(
+    consumer: KafkaConsumer, parts: list[TopicPartition], rewound: set[TopicPartition]
+) -> None:
+    """Read from the beginning (once) a partition that ends before its start: re-created."""
+    for tp in parts:
+        high = consumer.highwater(tp)
+        if high is not None and high < consumer.position(tp) and tp not in rewound:
+            rewound.add(tp)
+            consumer.seek_to_beginning(tp)

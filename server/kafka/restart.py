@@ -3,7 +3,7 @@
 Building a federation trains the extractor (FedAvg), fits the random features, every client's
 decorrelation weights and the head: seconds to minutes. A restarted consumer needs none of it
 again. The first start writes ``federation.pkl`` next to the checkpoint: the whole
-:class:`~simulator.runner.setup.Federation` (extractor and random-feature map, every client's
+:class:`~simulator.runner.federation.Federation` (extractor and random-feature map, every client's
 feature rows, labels, ids and weights, the initial head, the evaluation sets), with a header
 holding the scenario's digest and a digest of the data it was built from. A restart loads the
 scenario's data (cheap: no training), checks its digest against the header, and unpickles the
@@ -33,7 +33,7 @@ import numpy as np
 
 from server.kafka.errors import CheckpointError
 from simulator.data.dataset import Dataset
-from simulator.runner.setup import Federation, FederationData, build_federation, load_dataset
+from simulator.runner.federation import Federation, FederationData, build_federation, load_dataset
 from simulator.scenario import Scenario
 
 #: 2: :class:`Federation` split into fixed data and mutable state.
@@ -128,8 +128,11 @@ def load_federation(folder: Path, scenario: Scenario) -> Federation | None:
 def federation_for(
     scenario: Scenario, folder: Path, *, fsync: bool = True
 ) -> tuple[Federation, bool]:
-    """The saved federation of ``folder``, else one built now (and saved); and whether it
-    was reloaded."""
+    """Load the saved federation of ``folder`` or build and save a new one.
+
+    The saved federation of ``folder``, else one built now (and saved); and whether it
+    was reloaded.
+    """
     fed = load_federation(folder, scenario)
     if fed is not None:
         return fed, True

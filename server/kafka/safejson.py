@@ -102,8 +102,11 @@ def parse_bounded(value: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def _check_strings(node: Any) -> None:
-    """Refuse strings that cannot be encoded back to UTF-8 (``"\\ud800"``, a lone surrogate
-    escape: valid JSON syntax, but no character). Depth is already bounded."""
+    r"""Refuse strings that cannot be encoded back to UTF-8.
+
+    A lone surrogate escape such as ``"\ud800"`` is valid JSON syntax, but no character.
+    Depth is already bounded.
+    """
     if isinstance(node, str):
         try:
             node.encode("utf-8")

@@ -28,7 +28,7 @@ settings.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,8 @@ def client_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         value = env.get(PREFIX + name)
         return value if value else None
 
+    protocol = _protocol(get)
     out: dict[str, Any] = {}
-    protocol = (get("SECURITY_PROTOCOL") or "PLAINTEXT").upper()
-    if protocol not in PROTOCOLS:
-        raise ConfigError(
-            f"should be one of {', '.join(PROTOCOLS)}, got {protocol}", PREFIX + "SECURITY_PROTOCOL"
-        )
     if protocol != "PLAINTEXT":
         out["security_protocol"] = protocol
     for name, option in _FILES.items():
@@ -72,27 +68,47 @@ def client_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     check = get("SSL_CHECK_HOSTNAME")
     if check is not None:
         out["ssl_check_hostname"] = check.lower() not in ("0", "false", "no")
-    mechanism = get("SASL_MECHANISM")
-    if mechanism is not None:
-        mechanism = mechanism.upper()
-        if mechanism not in MECHANISMS:
-            raise ConfigError(
-                f"should be one of {', '.join(MECHANISMS)}, got {mechanism}",
-                PREFIX + "SASL_MECHANISM",
-            )
-        if not protocol.startswith("SASL_"):
-            raise ConfigError(
-                f"SASL needs SECURITY_PROTOCOL SASL_SSL or SASL_PLAINTEXT, got {protocol}",
-                PREFIX + "SASL_MECHANISM",
-            )
-        user = get("SASL_USERNAME")
-        password = _password(get("SASL_PASSWORD_FILE"), get("SASL_PASSWORD"))
-        if user is None or password is None:
-            raise ConfigError("SASL needs a user name and a password", PREFIX + "SASL_USERNAME")
-        out.update(sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
-    elif protocol.startswith("SASL_"):
-        raise ConfigError(f"{protocol} needs a SASL mechanism", PREFIX + "SASL_MECHANISM")
+    out.update(_sasl(get, protocol))
     return out
+
+
+def _protocol(get: Callable[[str], str | None]) -> str:
+    """The security protocol (upper case; default PLAINTEXT), checked."""
+    protocol = (get("SECURITY_PROTOCOL") or "PLAINTEXT").upper()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"should be one of {', '.join(PROTOCOLS)}, got {protocol}", PREFIX + "SECURITY_PROTOCOL"
+        )
+    return protocol
+
+
+def _sasl(get: Callable[[str], str | None], protocol: str) -> dict[str, Any]:
+    """The SASL options (none without a mechanism), checked against ``protocol``."""
+    mechanism = get("SASL_MECHANISM")
+    if mechanism is None:
+        if protocol.startswith("SASL_"):
+            raise ConfigError(f"{protocol} needs a SASL mechanism", PREFIX + "SASL_MECHANISM")
+        return {}
+    mechanism = mechanism.upper()
+    if mechanism not in MECHANISMS:
+        raise ConfigError(
+            f"should be one of {', '.join(MECHANISMS)}, got {mechanism}",
+            PREFIX + "SASL_MECHANISM",
+        )
+    if not protocol.startswith("SASL_"):
+        raise ConfigError(
+            f"SASL needs SECURITY_PROTOCOL SASL_SSL or SASL_PLAINTEXT, got {protocol}",
+            PREFIX + "SASL_MECHANISM",
+        )
+    user = get("SASL_USERNAME")
+    password = _password(get("SASL_PASSWORD_FILE"), get("SASL_PASSWORD"))
+    if user is None or password is None:
+        raise ConfigError("SASL needs a user name and a password", PREFIX + "SASL_USERNAME")
+    return {
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
 
 
 def _password(path: str | None, value: str | None) -> str | None:

@@ -10,7 +10,7 @@ prints, with the consumer's counters as an extra section (``kafka`` in metrics.j
 over every session on the state folder, and this session's own counts and times under
 ``session``). A ready file (default ``STATE_DIR/ready``) exists while the consumer is ready
 (:class:`server.health.Health`). ``unlearnsim run --stream kafka`` calls it with an in-process
-federation (:mod:`server.kafka.cli`); the Flower ServerApp calls it with a federation whose
+federation (:mod:`server.kafka.launch`); the Flower ServerApp calls it with a federation whose
 clients are SuperNodes (:mod:`server.server_app`).
 """
 
@@ -25,10 +25,10 @@ from rich.console import Console
 
 from server.health import Health
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
+from simulator.runner.federation import Federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.recorder import RunRecorder
 from simulator.runner.run_folder import tracked
-from simulator.runner.setup import Federation
 
 SUMMARY_KEYS = (
     "records",

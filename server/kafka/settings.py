@@ -1,8 +1,8 @@
 """Settings of one consuming session, as plain values (light: no Kafka client imported).
 
 The same settings come from ``unlearnsim run --stream kafka``'s options
-(:func:`server.kafka.cli.stream_from_args`) and from a Flower run config's ``kafka-*`` keys
-(:class:`server.flower.settings.RunConfig`); :func:`server.kafka.cli.consumer_config` turns
+(:func:`server.kafka.launch.stream_from_args`) and from a Flower run config's ``kafka-*`` keys
+(:class:`server.flower.settings.RunConfig`); :func:`server.kafka.launch.consumer_config` turns
 them into the consumer's configuration.
 """
 
@@ -18,7 +18,7 @@ OFFSET_GAP_POLICIES = ("fail", "replay", "skip")
 RATE_LIMIT, RATE_WINDOW = 60, 3600.0
 
 
-class StreamSettings(BaseModel):
+class ConsumerSettings(BaseModel):
     """Where the ServerApp takes deletion requests from (run-config keys ``kafka-*``).
 
     An empty ``bootstrap`` means the scenario's own generated stream; otherwise the ServerApp
@@ -53,4 +53,5 @@ class StreamSettings(BaseModel):
 
     @property
     def enabled(self) -> bool:
+        """Whether Kafka is configured (a bootstrap address is set)."""
         return bool(self.bootstrap)

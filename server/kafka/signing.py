@@ -53,7 +53,9 @@ def load_key(
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> bytes | None:
-    """The signing key from ``path``, else ``env_var``, else the file named by
+    """Load the signing key.
+
+    The signing key from ``path``, else ``env_var``, else the file named by
     ``$UNLEARNSIM_SIGNING_KEY_FILE``, else ``$UNLEARNSIM_SIGNING_KEY``.
 
     Returns None when no source is configured (requests are not signed). A file's trailing

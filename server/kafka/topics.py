@@ -28,6 +28,7 @@ class Topics:
     dead_letters: str = "deletion-dead-letters"
 
     def all(self) -> tuple[str, str, str]:
+        """The three topic names: requests, receipts, dead letters."""
         return (self.requests, self.receipts, self.dead_letters)
 
 

@@ -84,8 +84,11 @@ def env_metrics_session(console: Console) -> Any:
 
 @contextmanager
 def serving(port: int | None, addr: str, hold: float, console: Console) -> Iterator[list[Callback]]:
-    """Serve a :class:`MetricsExporter` on ``addr:port`` (``None``: no exporter, no callbacks);
-    after the block, keep serving ``hold`` seconds so the final values are scraped."""
+    """Serve a metrics exporter for the duration of the block.
+
+    A :class:`MetricsExporter` on ``addr:port`` (``None``: no exporter, no callbacks);
+    after the block, keep serving ``hold`` seconds so the final values are scraped.
+    """
     if port is None:
         yield []
         return

@@ -52,6 +52,7 @@ class MetricDef:
 
     @property
     def full_name(self) -> str:
+        """The exported name: the prefix is added except to process and Python metrics."""
         return self.name if self.name.startswith(("process_", "python_")) else PREFIX + self.name
 
 
@@ -217,9 +218,12 @@ PROCESS_METRICS: tuple[MetricDef, ...] = (
 def build_registry(
     defs: tuple[MetricDef, ...] = METRICS,
 ) -> tuple[CollectorRegistry, dict[str, Any]]:
-    """A fresh registry holding every metric and the process and platform collectors; returns
+    """Registry with every metric of the exporter.
+
+    A fresh registry holding every metric and the process and platform collectors; returns
     it and the metrics by short name (``Counter`` / ``Gauge`` / ``Histogram`` objects, typed
-    ``Any`` for their label API)."""
+    ``Any`` for their label API).
+    """
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)

@@ -130,8 +130,11 @@ class MetricsExporter:
 
     # ------------------------------------------------------------------ serving
     def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` in a daemon thread;
-        returns the bound port."""
+        """Serve the metrics and health endpoints.
+
+        Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` in a daemon thread;
+        returns the bound port.
+        """
         metrics = make_wsgi_app(self.registry)
         checks = {"/healthz": self.health.liveness, "/readyz": self.health.readiness}
 
@@ -181,24 +184,11 @@ class MetricsExporter:
             if kind == "heartbeat":
                 return
             if kind == "consumer_start":
-                self._build_info(event, fed)
-                seconds = event.get("process_seconds") or event.get("startup_seconds")
-                self.m["stream_startup_seconds"].set(_f(seconds))
-                self.m["stream_held_requests"].set(_f(event.get("held", 0)))
+                self._consumer_start(event, fed)
             elif kind == "offset_gap":
-                action = event.get("action")
-                self.m["stream_offset_gaps_total"].labels(
-                    action=action if action in GAP_ACTIONS else "fail"
-                ).inc()
-                self.m["stream_skipped_records_total"].inc(int(event.get("skipped", 0)))
-            if kind == "start":  # a scenario run: running from here
-                self.m["stream_startup_seconds"].set(_f(process_age()))
-            if kind == "start":
-                self._start(event, fed)
-                head = getattr(getattr(fed, "scenario", None), "head", None)
-                if head is not None:
-                    self.m["cr_epsilon_target"].set(float(head.epsilon))
-                    self.m["cr_delta"].set(float(head.delta))
+                self._offset_gap(event)
+            elif kind == "start":  # a scenario run: running from here
+                self._run_start(event, fed)
             elif kind == "deletion_batch":
                 self._batch(event)
             elif kind in ("end", "consumer_end"):
@@ -208,6 +198,30 @@ class MetricsExporter:
                 self.m["run_finished"].set(1)
             if fed is not None:
                 self._clients(fed)
+
+    def _consumer_start(self, event: dict[str, Any], fed: Any) -> None:
+        """A Kafka consumer started (or resumed): build info, start-up time, held requests."""
+        self._build_info(event, fed)
+        seconds = event.get("process_seconds") or event.get("startup_seconds")
+        self.m["stream_startup_seconds"].set(_f(seconds))
+        self.m["stream_held_requests"].set(_f(event.get("held", 0)))
+
+    def _offset_gap(self, event: dict[str, Any]) -> None:
+        """The consumer found a checkpointed offset the log no longer supports."""
+        action = event.get("action")
+        self.m["stream_offset_gaps_total"].labels(
+            action=action if action in GAP_ACTIONS else "fail"
+        ).inc()
+        self.m["stream_skipped_records_total"].inc(int(event.get("skipped", 0)))
+
+    def _run_start(self, event: dict[str, Any], fed: Any) -> None:
+        """A scenario run started: start-up time, the run's settings and the head's target."""
+        self.m["stream_startup_seconds"].set(_f(process_age()))
+        self._start(event, fed)
+        head = getattr(getattr(fed, "scenario", None), "head", None)
+        if head is not None:
+            self.m["cr_epsilon_target"].set(float(head.epsilon))
+            self.m["cr_delta"].set(float(head.delta))
 
     def _build_info(self, e: dict[str, Any], fed: Any) -> None:
         """``build_info`` with the run id and scenario (once per exporter) and the start time."""
@@ -255,6 +269,24 @@ class MetricsExporter:
             m["deletion_lag_requests"].set(max(0, self._total_requests - self._processed))
 
     def _batch(self, e: dict[str, Any]) -> None:
+        """A deletion batch: requests and samples, lag, timings, the head and its sections."""
+        self._batch_requests(e)
+        self._batch_lag(e)
+        self._batch_timings(e.get("timings", {}), e.get("latency_seconds", []))
+        self._batch_head(e)
+        if "certificate" in e:
+            self._certificate(e["certificate"])
+        self._weights(e.get("decorrelation") or {})
+        self._utility(e.get("metrics", {}))
+        if "privacy" in e:
+            self._privacy(e["privacy"], reference=False)
+        if "drift" in e:
+            self._drift(e["drift"])
+        for c in e.get("checkpoints", []):
+            self._checkpoint(c)
+
+    def _batch_requests(self, e: dict[str, Any]) -> None:
+        """Requests by status, samples and clients deleted, dead letters and refusals."""
         m = self.m
         requests, rejected = int(e.get("requests", 0)), int(e.get("rejected", 0))
         duplicates = int(e.get("duplicates", 0))
@@ -272,23 +304,34 @@ class MetricsExporter:
         for reason, n in (e.get("unauthorised") or {}).items():
             r = reason if reason in UNAUTHORISED_REASONS else "other"
             m["stream_unauthorised_requests_total"].labels(reason=r).inc(int(n))
+
+    def _batch_lag(self, e: dict[str, Any]) -> None:
+        """Held requests and the requests not processed yet."""
+        m = self.m
         if "held" in e:
             m["stream_held_requests"].set(_f(e["held"]))
-        self._processed += requests
+        self._processed += int(e.get("requests", 0))
         if "lag_requests" in e:
             m["deletion_lag_requests"].set(_f(e["lag_requests"]))
         elif self._total_requests is not None:
             m["deletion_lag_requests"].set(max(0, self._total_requests - self._processed))
-        timings = e.get("timings", {})
+
+    def _batch_timings(self, timings: dict[str, float], latencies: list[float]) -> None:
+        """Durations of the batch, its federation round and evaluation stages; latencies."""
+        m = self.m
         if "total" in timings:
             m["deletion_batch_duration_seconds"].observe(timings["total"])
         if "statistics" in timings:
             m["federation_round_duration_seconds"].observe(timings["statistics"])
-        for latency in e.get("latency_seconds", []):
+        for latency in latencies:
             m["deletion_request_latency_seconds"].observe(latency)
         for stage, key in STAGES.items():
             if key in timings:
                 m["evaluation_duration_seconds"].labels(stage=stage).observe(timings[key])
+
+    def _batch_head(self, e: dict[str, Any]) -> None:
+        """Retained samples, the head's version and whether (why) it was retrained."""
+        m = self.m
         if "retained" in e:
             m["retained_samples"].set(_f(e["retained"]))
         if "model_version" in e:
@@ -298,16 +341,6 @@ class MetricsExporter:
             m["retrains_total"].labels(
                 reason=reason if reason in RETRAIN_REASONS else "requested"
             ).inc()
-        if "certificate" in e:
-            self._certificate(e["certificate"])
-        self._weights(e.get("decorrelation") or {})
-        self._utility(e.get("metrics", {}))
-        if "privacy" in e:
-            self._privacy(e["privacy"], reference=False)
-        if "drift" in e:
-            self._drift(e["drift"])
-        for c in e.get("checkpoints", []):
-            self._checkpoint(c)
 
     # ------------------------------------------------------------------ sections
     def _accounting(self, accounting: Any) -> None:

@@ -70,6 +70,7 @@ class NativePlan:
     ports: dict[tuple[str, int], int]
 
     def address(self, service: str, port: int) -> str:
+        """``127.0.0.1:PORT``: where the service's container ``port`` is reached on the host."""
         return f"127.0.0.1:{self.ports[(service, port)]}"
 
 
@@ -87,6 +88,8 @@ class Rewriter:
                 self.paths[m.target] = str(host)
 
     def __call__(self, service: str, text: str) -> str:
+        """``text`` of ``service`` with container addresses and paths rewritten for the host."""
+
         def remote(match: re.Match[str]) -> str:
             key = (match.group(1), int(match.group(2)))
             return f"127.0.0.1:{self.ports[key]}" if key in self.ports else match.group(0)
@@ -104,8 +107,11 @@ class Rewriter:
 
 
 def _base_env(home: Path) -> dict[str, str]:
-    """This environment without UNLEARNSIM_* (only the compose file sets those), plus the
-    image's Flower settings (docker/Dockerfile's ENV)."""
+    """Base environment of the native services.
+
+    This environment without UNLEARNSIM_* (only the compose file sets those), plus the
+    image's Flower settings (docker/Dockerfile's ENV).
+    """
     base = {k: v for k, v in os.environ.items() if not k.startswith("UNLEARNSIM_")}
     return flower_env(home, base)
 
@@ -175,8 +181,10 @@ def health_url(healthcheck: object) -> str | None:
 
 
 def health_budget(healthcheck: dict[str, object]) -> float:
-    """Seconds compose waits before calling a service unhealthy: start period + retries x
-    interval (compose's defaults: 0 s, 3 retries, 30 s)."""
+    """Seconds compose waits before calling a service unhealthy.
+
+    Start period + retries x interval (compose's defaults: 0 s, 3 retries, 30 s).
+    """
 
     def seconds(key: str, default: float) -> float:
         match = _DURATION.match(str(healthcheck.get(key, "")))
@@ -216,8 +224,11 @@ def _prometheus(
     ready: int | None,
     rewrite: Rewriter,
 ) -> Process:
-    """Debian's Prometheus with the compose arguments; the configuration file it names is
-    rendered with rewritten targets and absolute rule files."""
+    """Command line of the Prometheus service run natively.
+
+    Debian's Prometheus with the compose arguments; the configuration file it names is
+    rendered with rewritten targets and absolute rule files.
+    """
     argv = [rewrite(service.name, a) for a in service.command]
     for i, arg in enumerate(argv):
         if arg.startswith("--config.file="):

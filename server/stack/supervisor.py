@@ -34,6 +34,7 @@ def state_path(folder: Path) -> Path:
 
 
 def read_state(folder: Path) -> dict[str, Any] | None:
+    """The stack's state file in ``folder``, or None when the stack was never started."""
     path = state_path(folder)
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -134,7 +135,8 @@ def down(folder: Path, grace: float = 20.0, *, volumes: bool = False) -> list[st
     """Stop every recorded process (and its descendants); returns the names stopped.
 
     Volumes (run outputs, Prometheus data) persist across ``up``/``down`` as compose's named
-    volumes do; ``volumes=True`` deletes them and the logs (``docker compose down -v``)."""
+    volumes do; ``volumes=True`` deletes them and the logs (``docker compose down -v``).
+    """
     state = read_state(folder)
     entries = {} if state is None else {n: e for n, e in state["services"].items() if running(e)}
     stop_trees([int(e["pid"]) for e in entries.values()], grace)

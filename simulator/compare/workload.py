@@ -3,8 +3,8 @@
 Everything is derived from the scenario exactly as the runner derives it, so every method sees
 the same rows, the same test and OOD splits and the same deletion stream:
 
-* data: :func:`simulator.runner.setup.load_dataset`; client shards:
-  :func:`simulator.runner.setup.split_clients` (they become ``TrainingSet.groups``, SISA's
+* data: :func:`simulator.runner.federation.load_dataset`; client shards:
+  :func:`simulator.runner.federation.split_clients` (they become ``TrainingSet.groups``, SISA's
   shards);
 * evaluation: the in-distribution test split and the paper's label-swap OOD split
   (:func:`simulator.runner.evaluation.build_eval_sets`, DecoRemoval Sec. 4.2);
@@ -31,8 +31,8 @@ from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
 from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, original_labels
+from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.requests import RowHoldings, expand
-from simulator.runner.setup import load_dataset, split_clients
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, batches, generate_stream

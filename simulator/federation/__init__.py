@@ -1,12 +1,12 @@
 """The federated protocol as plain objects: clients with shards, a server that sums them."""
 
-from simulator.federation.client import FederatedClient
-from simulator.federation.server import (
+from simulator.federation.aggregate import (
     ClientChannel,
     ClientFanout,
     FederatedHeadData,
     combine_deletions,
 )
+from simulator.federation.client import FederatedClient
 from simulator.federation.snapshot import (
     ClientReport,
     ClientSnapshot,

@@ -45,7 +45,7 @@ class FederatedClient:
     weighting : decorrelation plan, or None for uniform weights (CR).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (constructor: a shard's arrays, keyword-only plans)
         self,
         client_id: int,
         sample_ids: IntArray,
@@ -98,8 +98,11 @@ class FederatedClient:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """What a deletion changes in this client (its rows are static): weights, retained
-        flags, deletion count and the last weight report."""
+        """The client's state that a deletion changes.
+
+        Its rows are static, so this is: weights, retained flags, deletion count and the last
+        weight report.
+        """
         return {
             "data": self.data.state_dict(),
             "deletion_batches": self.deletion_batches,
@@ -156,22 +159,27 @@ class FederatedClient:
     # ---------------------------------------------------------- protocol
     @property
     def sample_ids(self) -> IntArray:
+        """Global ids of all the client's rows, deleted ones included."""
         return self._ids
 
     @property
     def retained_ids(self) -> IntArray:
+        """Global ids of the retained rows."""
         return self._ids[self.data.retained_ids]
 
     @property
     def retained_count(self) -> int:
+        """Number of retained rows."""
         return self.data.retained_count
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that this client does not hold (unknown or already deleted)."""
         local = [self._local.get(int(i), -1) for i in ids]
         bad = set(self.data.unknown_ids(local))
         return [int(g) for g, loc in zip(ids, local, strict=True) if loc in bad]
 
     def max_weight(self) -> float:
+        """Largest weight of a retained row."""
         return self.data.max_weight()
 
     def statistics(
@@ -182,12 +190,16 @@ class FederatedClient:
         gram: bool = False,
         hessian_at: FloatArray | None = None,
     ) -> ShardStatistics:
+        """Head statistics of the retained rows at ``W`` (the :class:`RowSource` question)."""
         return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
-        """Delete the rows of ``ids``; the answer lists them in the order of their feature
-        values, not the order asked, so it does not say which row belongs to which id (what
-        the server learns: docs/security.md)."""
+        """Delete the rows of ``ids`` from this client.
+
+        The answer lists the rows in the order of their feature values, not the order asked,
+        so it does not say which row belongs to which id (what the server learns:
+        docs/security.md).
+        """
         local = np.asarray([self._local[int(i)] for i in ids], dtype=np.int64)
         rows = self.data.features[local]
         local = local[np.lexsort(rows.T[::-1])] if rows.size else local

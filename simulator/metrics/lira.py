@@ -50,10 +50,11 @@ class LiraReferences:
 
     @property
     def count(self) -> int:
+        """Number of reference heads R."""
         return int(self.heads.shape[0])
 
 
-def train_references(
+def train_references(  # noqa: PLR0913 (keyword-only hyperparameters of the reference heads)
     features: FloatArray,
     labels: IntArray,
     retained: IntArray,

@@ -1,5 +1,8 @@
-"""Utility metrics: accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1), and the
-distance of a head to the retrained one (``metrics.md``, "Utility")."""
+"""Utility metrics.
+
+Accuracy and support-weighted F1 (the paper's ACC and F1, Sec. 4.1), and the
+distance of a head to the retrained one (``metrics.md``, "Utility").
+"""
 
 from __future__ import annotations
 

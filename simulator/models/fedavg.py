@@ -137,7 +137,7 @@ def _labels(y: NDArray[Any], n: int, num_classes: int, device: torch.device) -> 
     return torch.as_tensor(y.astype(np.int64), device=device)
 
 
-def local_train(
+def local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generator and device)
     model: ExtractorWithHead,
     x: NDArray[Any],
     y: NDArray[Any],
@@ -232,7 +232,7 @@ def client_generator(seed: int, round_index: int, client_index: int) -> torch.Ge
     return torch.Generator().manual_seed(state)
 
 
-def train_federated(
+def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)
     model: ExtractorWithHead,
     client_data: Sequence[tuple[NDArray[Any], NDArray[Any]]],
     *,

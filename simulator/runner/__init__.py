@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 from simulator.runner.result import RunResult
 
 if TYPE_CHECKING:
+    from simulator.runner.federation import Federation, build_federation
     from simulator.runner.run import run_scenario
-    from simulator.runner.setup import Federation, build_federation
 
 __all__ = ["Federation", "RunResult", "build_federation", "run_scenario"]
 
 _LAZY = {
     "run_scenario": "simulator.runner.run",
-    "Federation": "simulator.runner.setup",
-    "build_federation": "simulator.runner.setup",
+    "Federation": "simulator.runner.federation",
+    "build_federation": "simulator.runner.federation",
 }
 
 

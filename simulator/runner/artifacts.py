@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ClientUnavailableError
-from simulator.runner.setup import Federation
+from simulator.runner.federation import Federation
 
 HEAD_FILE = "head.npz"
 CLIENTS_FILE = "clients.json"

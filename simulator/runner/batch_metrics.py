@@ -1,4 +1,6 @@
-"""The sections of a deletion batch's event: the removal, the certificate, the weights, and the
+"""Sections of a deletion batch's event.
+
+The removal, the certificate, the weights, and the
 evaluation the scenario schedules (``evaluation.every`` batches and ``evaluation.checkpoints``).
 """
 
@@ -12,9 +14,9 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.head import RemovalReport
 from simulator.metrics import certificate_status
+from simulator.runner.federation import Federation
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate, reference
-from simulator.runner.setup import Federation
 
 
 def removal_fields(report: RemovalReport) -> dict[str, Any]:

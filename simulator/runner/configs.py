@@ -1,5 +1,7 @@
-"""A scenario's sections as the core's configuration objects (one mapping, used by the runner,
-the clients and ``unlearnsim compare``)."""
+"""A scenario's sections as the core's configuration objects.
+
+One mapping, used by the runner, the clients and ``unlearnsim compare``.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +43,11 @@ def head_config(scenario: Scenario) -> HeadConfig:
 
 
 def reports_exact_residual(scenario: Scenario) -> bool:
-    """``head.report_exact``, whose default is off on flower-deploy (a round trip to every
-    client costs most of a deletion batch there, docs/flower.md) and on elsewhere."""
+    """Whether the clients report exact accuracy.
+
+    ``head.report_exact``, whose default is off on flower-deploy (a round trip to every
+    client costs most of a deletion batch there, docs/flower.md) and on elsewhere.
+    """
     chosen = scenario.head.report_exact
     return chosen if chosen is not None else scenario.transport != "flower-deploy"
 

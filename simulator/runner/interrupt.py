@@ -77,8 +77,10 @@ def graceful_stop(on_stop: Callable[[], None] | None = None) -> Iterator[StopReq
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises ``KeyboardInterrupt`` as SIGINT does (main thread only), so a run
-    stopped before its stream starts still records why and exits cleanly."""
+    """SIGTERM raises ``KeyboardInterrupt`` as SIGINT does (main thread only).
+
+    So a run stopped before its stream starts still records why and exits cleanly.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return

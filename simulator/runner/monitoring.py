@@ -45,7 +45,7 @@ from simulator.metrics import (
     train_references,
 )
 from simulator.metrics.drift import js_divergence, total_variation
-from simulator.runner.setup import Federation
+from simulator.runner.federation import Federation
 from simulator.seeds import child_seed
 
 FloatArray = NDArray[np.float64]

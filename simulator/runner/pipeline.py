@@ -41,6 +41,7 @@ from simulator.runner.batch_metrics import (
     removal_fields,
     weight_reports,
 )
+from simulator.runner.federation import Federation
 from simulator.runner.monitoring import RunMonitor
 from simulator.runner.requests import (
     FederationHoldings,
@@ -49,7 +50,6 @@ from simulator.runner.requests import (
     wanted_ids,
 )
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
 from simulator.stream import DeletionReceipt, DeletionRequest
 from simulator.stream.ledger import Ledger
 
@@ -85,7 +85,7 @@ class BatchOutcome:
         return [r for r in self.receipts if r is not None]
 
 
-def apply_batch(
+def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options, defaulted)
     fed: Federation,
     run: RunState,
     requests: Sequence[DeletionRequest],
@@ -146,15 +146,15 @@ def apply_batch(
                 r for r in candidates if r.request_id not in rejected and r.request_id not in held
             ]
             removed = [i for r in kept for i in wanted[r.request_id]]
-    decided = now or datetime.now(UTC)
-    receipts = _answer(fed, requests, denied, ledger, fresh, rejected, held, report, decided)
+    removal = _Removal(report, removed, now or datetime.now(UTC))
+    receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
     run.forgotten.extend(removed)
     tick = max((r.tick for r in requests), default=run.last_tick)
     run.last_tick = max(run.last_tick, tick)
     for r in receipts:
         if r is not None:
             run.answered[r.status] = run.answered.get(r.status, 0) + 1
-    event = _event(fed, run, requests, receipts, removed, report, tick, decided)
+    event = _event(fed, run, requests, receipts, removal, tick)
     if failures:
         event.update(_failure_fields(fed, failures))
     reason = event.get("retrain_reason") if event.get("retrained") else None
@@ -215,8 +215,11 @@ def _recover(
     wanted: Mapping[str, list[int]],
     held: set[str],
 ) -> tuple[dict[int, str], dict[str, str]]:
-    """Exclude the failed clients, retrain on the others; the failures and, per request whose
-    rows were not all confirmed deleted, why it is rejected."""
+    """Retrain without the clients that failed a deletion.
+
+    Exclude the failed clients, retrain on the others; the failures and, per request whose
+    rows were not all confirmed deleted, why it is rejected.
+    """
     retained = {cid: {int(i) for i in c.retained_ids} for cid, c in fed.clients.items()}
     failures = dict(err.clients)
     pending = dict(err.clients)
@@ -249,26 +252,42 @@ def _recover(
     return failures, unconfirmed
 
 
+@dataclass(frozen=True)
+class _Verdicts:
+    """What a batch decided for its fresh requests: refusals (id -> why) and held ids."""
+
+    fresh: Sequence[DeletionRequest]
+    rejected: Mapping[str, str]
+    held: set[str]
+
+
+@dataclass(frozen=True)
+class _Removal:
+    """What a batch's removal did: its report (None: nothing removed), the ids and when."""
+
+    report: RemovalReport | None
+    removed: Sequence[int]
+    now: datetime
+
+
 def _answer(
     fed: Federation,
     requests: Sequence[DeletionRequest],
     denied: Mapping[int, str],
     ledger: Ledger | None,
-    fresh: Sequence[DeletionRequest],
-    rejected: Mapping[str, str],
-    held: set[str],
-    report: RemovalReport | None,
-    now: datetime,
+    verdicts: _Verdicts,
+    removal: _Removal,
 ) -> list[DeletionReceipt | None]:
     """One receipt per request, in order (None: held); fresh answers enter the ledger."""
     head = fed.head
     version = head.model_version
+    rejected, held, now = verdicts.rejected, verdicts.held, removal.now
     outcome: dict[str, DeletionReceipt] = {}
-    for req in fresh:
+    for req in verdicts.fresh:
         if req.request_id in held:
             continue
         reason = rejected.get(req.request_id)
-        outcome[req.request_id] = receipt(req, reason, fed, report, now)
+        outcome[req.request_id] = receipt(req, reason, fed, removal.report, now)
         if ledger is not None:
             ledger.record(req.request_id, "rejected" if reason else "applied", version)
     out: list[DeletionReceipt | None] = []
@@ -332,12 +351,11 @@ def _event(
     run: RunState,
     requests: Sequence[DeletionRequest],
     receipts: Sequence[DeletionReceipt | None],
-    removed: Sequence[int],
-    report: RemovalReport | None,
+    removal: _Removal,
     tick: int,
-    now: datetime,
 ) -> dict[str, Any]:
     """The ``deletion_batch`` record (``requests`` counts the requests answered now)."""
+    removed, report, now = removal.removed, removal.report, removal.now
     answered = [(req, r) for req, r in zip(requests, receipts, strict=True) if r is not None]
     head = fed.head
     event: dict[str, Any] = {

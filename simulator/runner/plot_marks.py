@@ -1,5 +1,7 @@
-"""What every run plot marks: batch on the x-axis, samples removed on a secondary axis, shaded
-phases, and labelled vertical lines for shifts, withdrawals, retrains and drift alarms.
+"""What every run plot marks: the batch axis, samples removed, phases and labelled events.
+
+Batch on the x-axis, samples removed on a secondary axis, shaded phases, and labelled vertical
+lines for shifts, withdrawals, retrains and drift alarms.
 
 :func:`stream_marks` reads them from the deletion-batch events (``batch``, ``tick``, ``phase``,
 ``withdrawn_clients``, ``retrained``/``retrain_reason``, ``drift.detections``) and the
@@ -75,8 +77,10 @@ def stream_marks(
 
 
 def decorate(ax: Any, marks: StreamMarks, *, secondary: bool = True, texts: bool = True) -> None:
-    """Shade the phases, draw and label the vertical lines, set the batch x-axis and (with
-    ``secondary``) the samples-removed axis on top."""
+    """Shade the phases, draw and label the vertical lines, set the batch x-axis.
+
+    With ``secondary``, also the samples-removed axis on top.
+    """
     for i, (name, x0, x1) in enumerate(marks.phases):
         ax.axvspan(x0 - 0.5, x1 + 0.5, color="0.5", alpha=0.06 if i % 2 else 0.14, lw=0)
         if texts and name:

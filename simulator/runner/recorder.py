@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.runner.artifacts import write_artifacts
+from simulator.runner.federation import Federation
 from simulator.runner.flat import BATCHES_CSV, write_batches_csv
 from simulator.runner.outputs import (
     OUTPUT_FILES,
@@ -37,7 +38,6 @@ from simulator.runner.pipeline import BatchOutcome
 from simulator.runner.run_folder import RunManifest, read_manifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
-from simulator.runner.setup import Federation
 from simulator.runner.verdict import Table, Verdict, certificate_verdict
 from simulator.scenario import scenario_to_yaml
 

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from simulator.stream import DeletionRequest
 
 if TYPE_CHECKING:
-    from simulator.runner.setup import Federation
+    from simulator.runner.federation import Federation
 
 IntArray = NDArray[np.int64]
 
@@ -44,13 +44,16 @@ class FederationHoldings:
         self.fed = fed
 
     def client_rows(self, client: int) -> list[int] | None:
+        """Retained ids of ``client``, or None when there is no such client."""
         found = self.fed.clients.get(client)
         return None if found is None else [int(i) for i in found.retained_ids]
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that no client holds."""
         return list(self.fed.head_data.unknown_ids(list(ids)))
 
     def route(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """Group ``ids`` by owning client (-1: no owner)."""
         return {int(c): [int(i) for i in g] for c, g in self.fed.head_data.route(ids).items()}
 
 
@@ -63,21 +66,25 @@ class RowHoldings:
         self.clients = {int(c) for c in clients}
 
     def client_rows(self, client: int) -> list[int] | None:
+        """Retained rows of ``client``, or None when there is no such client."""
         if client not in self.clients:
             return None
         return [int(i) for i in np.flatnonzero((self.groups == client) & self.retained)]
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that are out of range or already deleted."""
         n = self.groups.size
         return [int(i) for i in ids if not 0 <= int(i) < n or not self.retained[int(i)]]
 
     def route(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """Group ``ids`` by owning client."""
         out: dict[int, list[int]] = {}
         for i in ids:
             out.setdefault(int(self.groups[int(i)]), []).append(int(i))
         return out
 
     def delete(self, ids: Sequence[int]) -> None:
+        """Mark ``ids`` deleted."""
         self.retained[np.asarray(ids, dtype=np.int64)] = False
 
 
@@ -117,9 +124,12 @@ def hold_small(
     rejected: Mapping[str, str],
     min_rows: int,
 ) -> tuple[list[int], set[str]]:
-    """The ids to remove now, and the request ids held: those of a client whose rows in this
+    """Split the fresh requests into ids to remove now and requests held.
+
+    The ids to remove now, and the request ids held: those of a client whose rows in this
     batch are fewer than ``min_rows`` (``--min-removal-batch``; a withdrawal releases its
-    client, and is never held)."""
+    client, and is never held).
+    """
     leaving = {r.client_id for r in fresh if r.client_id is not None}
     owners: dict[str, set[int]] = {}
     sizes: dict[str, dict[int, int]] = {}

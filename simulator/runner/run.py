@@ -28,13 +28,13 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from simulator.runner.federation import Federation, build_federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.recorder import RunRecorder
 from simulator.runner.result import RunResult
 from simulator.runner.run_folder import new_run_folder, tracked
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation, build_federation
 from simulator.runner.transport import ClientTransport
 from simulator.runner.verdict import Table as SummaryTable
 from simulator.scenario import Scenario

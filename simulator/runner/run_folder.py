@@ -77,8 +77,10 @@ def new_run_folder(parent: str | Path, run_id: str | None = None) -> Path:
 
 
 def point_latest(parent: Path, folder: Path) -> None:
-    """Atomically make ``parent/latest`` a relative symlink to ``folder`` (a no-op where the
-    file system has no symlinks)."""
+    """Atomically make ``parent/latest`` a relative symlink to ``folder``.
+
+    A no-op where the file system has no symlinks.
+    """
     link = parent / LATEST
     tmp = parent / f".{LATEST}.{os.getpid()}"
     try:
@@ -141,8 +143,10 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_commit(where: Path | None = None, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The commit of the git checkout holding this package (and whether it has local changes);
-    ``None`` outside a checkout, without git, or past ``timeout`` seconds."""
+    """The commit of the git checkout holding this package, and whether it has local changes.
+
+    ``None`` outside a checkout, without git, or past ``timeout`` seconds.
+    """
     cwd = where or Path(__file__).resolve().parent
     try:
         head = subprocess.run(
@@ -162,8 +166,10 @@ def git_commit(where: Path | None = None, timeout: float = 2.0) -> dict[str, Any
 
 @dataclass
 class RunManifest:
-    """``run.json`` of one run folder, merged into the file and rewritten atomically on every
-    change (the recorder and an outer command may both add to it).
+    """``run.json`` of one run folder.
+
+    Merged into the file and rewritten atomically on every change (the recorder and an outer
+    command may both add to it).
 
     Parameters
     ----------
@@ -177,10 +183,13 @@ class RunManifest:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def start(self) -> None:
-        """Write ``run.json`` with status ``running``. A folder whose run is already running
-        in a live process (the CLI started it; the ServerApp runs under a SuperLink) keeps its
-        id and command; a resumed folder (a Kafka consumer's) keeps its id and lists the earlier
-        sessions (``crashed`` where a process died without recording its end)."""
+        """Write ``run.json`` with status ``running``.
+
+        A folder whose run is already running in a live process (the CLI started it; the
+        ServerApp runs under a SuperLink) keeps its id and command; a resumed folder (a Kafka
+        consumer's) keeps its id and lists the earlier sessions (``crashed`` where a process
+        died without recording its end).
+        """
         earlier = read_manifest(self.folder)
         if earlier.get("status") == "running" and _alive(earlier):
             self._write({**earlier, **self.extra})
@@ -254,11 +263,13 @@ _ACTIVE: set[Path] = set()
 def tracked(
     folder: str | Path, command: list[str] | None = None, **extra: Any
 ) -> Iterator[RunManifest]:
-    """``run.json`` for the code inside: ``running`` now; at the end ``completed``,
-    ``interrupted`` (a ``KeyboardInterrupt``, or an ``interrupted`` key the recorder added after
-    a graceful stop) or ``failed`` with the error. Nested uses on the same folder (the CLI
-    around :func:`~simulator.runner.run_scenario`) leave it to the outermost. ``command``:
-    the command line to record (default ``sys.argv``)."""
+    """Keep ``run.json`` for the code inside.
+
+    ``running`` now; at the end ``completed``, ``interrupted`` (a ``KeyboardInterrupt``, or an
+    ``interrupted`` key the recorder added after a graceful stop) or ``failed`` with the error.
+    Nested uses on the same folder (the CLI around :func:`~simulator.runner.run_scenario`)
+    leave it to the outermost. ``command``: the command line to record (default ``sys.argv``).
+    """
     manifest = RunManifest(Path(folder), extra=extra)
     if command is not None:
         manifest.command = list(command)

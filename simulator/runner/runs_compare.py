@@ -82,8 +82,10 @@ def _label(folder: Path, manifest: dict[str, Any], final: dict[str, Any]) -> str
 
 
 def compare_table(runs: Sequence[RunSummary]) -> tuple[list[str], list[list[str]]]:
-    """Header (``metric``, one label per run) and rows: status, certificate, then every summary
-    row."""
+    """Header (``metric``, one label per run) and rows.
+
+    Rows: status, certificate, then every summary row.
+    """
     labels = _unique([r.label for r in runs])
     rows: list[list[str]] = [
         ["folder", *[str(r.folder) for r in runs]],
@@ -180,29 +182,47 @@ def plot_compare(runs: Sequence[RunSummary], out: Path) -> dict[str, Any]:
         plt.close(fig)
         figures[name] = fig
 
-    attacks: dict[str, None] = {}
+    mia = _plot_mia(runs, labels, out, style)
+    if mia is not None:
+        figures["mia.png"] = mia
+    return figures
+
+
+def _attacks(runs: Sequence[RunSummary]) -> list[str]:
+    """Every attack with an AUC column in any run, in order of first appearance."""
+    found: dict[str, None] = {}
     for run in runs:
         for b in run.batches:
-            for k in b:
-                if k.startswith("privacy.attacks.") and k.endswith(".auc"):
-                    attacks[k.split(".")[2]] = None
-    if attacks:
-        fig, axes = plt.subplots(
-            len(attacks), 1, figsize=(8, 2.4 * len(attacks)), sharex=True, squeeze=False
-        )
-        for ax, attack in zip(axes[:, 0], attacks, strict=True):
-            for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
-                xs, ys = _points(run.batches, f"privacy.attacks.{attack}.auc")
-                if xs:
-                    ax.plot(xs, ys, label=label, **style(i))
-            ax.axhline(0.5, color="k", lw=0.8, ls="--")
-            ax.set_ylabel(f"AUC {attack}")
-            ax.grid(alpha=0.3)
-        axes[0, 0].legend(fontsize=7)
-        axes[0, 0].set_title("membership inference AUC (forget vs holdout) by batch")
-        axes[-1, 0].set_xlabel("batch")
-        fig.tight_layout()
-        fig.savefig(out / "mia.png", dpi=110)
-        plt.close(fig)
-        figures["mia.png"] = fig
-    return figures
+            found.update(
+                (k.split(".")[2], None)
+                for k in b
+                if k.startswith("privacy.attacks.") and k.endswith(".auc")
+            )
+    return list(found)
+
+
+def _plot_mia(runs: Sequence[RunSummary], labels: list[str], out: Path, style: Any) -> Any | None:
+    """``mia.png``: one panel per attack, every run overlaid (None without attacks)."""
+    import matplotlib.pyplot as plt
+
+    attacks = _attacks(runs)
+    if not attacks:
+        return None
+    fig, axes = plt.subplots(
+        len(attacks), 1, figsize=(8, 2.4 * len(attacks)), sharex=True, squeeze=False
+    )
+    for ax, attack in zip(axes[:, 0], attacks, strict=True):
+        for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+            xs, ys = _points(run.batches, f"privacy.attacks.{attack}.auc")
+            if xs:
+                ax.plot(xs, ys, label=label, **style(i))
+        ax.axhline(0.5, color="k", lw=0.8, ls="--")
+        ax.set_ylabel(f"AUC {attack}")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    axes[0, 0].set_title("membership inference AUC (forget vs holdout) by batch")
+    axes[-1, 0].set_xlabel("batch")
+    fig.tight_layout()
+    fig.savefig(out / "mia.png", dpi=110)
+    plt.close(fig)
+    return fig

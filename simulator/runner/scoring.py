@@ -20,8 +20,8 @@ from simulator.head import LocalHeadData, predict_classes, train_head
 from simulator.head.certificate import stacked_norm
 from simulator.head.logistic import objective_gradient
 from simulator.metrics import accuracy, prediction_agreement, relative_distance, weighted_f1
+from simulator.runner.federation import Federation
 from simulator.runner.monitoring import RunMonitor
-from simulator.runner.setup import Federation
 from simulator.runner.shards import weighting_plan
 
 FloatArray = NDArray[np.float64]

@@ -1,6 +1,6 @@
 """How the runner reaches its clients: one protocol, several transports.
 
-The runner (:func:`simulator.runner.setup.build_federation`, the deletion loop) only ever talks
+The runner (:func:`simulator.runner.federation.build_federation`, the deletion loop) only ever talks
 to a :class:`ClientTransport`: it asks for FedAvg rounds of the extractor, then for the clients
 of the certified head (:class:`RunnerClient`, the head protocol plus what the loop reads), a
 parallel :class:`~simulator.federation.ClientFanout` if the transport has one, and the clients'
@@ -41,10 +41,14 @@ class RetainedView(Protocol):
     """Current weights of a client's rows (0 when deleted) and the local retained indices."""
 
     @property
-    def weights(self) -> FloatArray: ...
+    def weights(self) -> FloatArray:
+        """Current weight of each local row (0 when deleted)."""
+        ...
 
     @property
-    def retained_ids(self) -> IntArray: ...
+    def retained_ids(self) -> IntArray:
+        """Local indices of the retained rows."""
+        ...
 
 
 class RunnerClient(ClientChannel, Protocol):
@@ -56,10 +60,14 @@ class RunnerClient(ClientChannel, Protocol):
         ...
 
     @property
-    def last_weights(self) -> WeightReport | None: ...
+    def last_weights(self) -> WeightReport | None:
+        """The client's last weight report, if any."""
+        ...
 
     @property
-    def data(self) -> RetainedView: ...
+    def data(self) -> RetainedView:
+        """Current weights of the client's rows."""
+        ...
 
     def retained_weights(self) -> tuple[IntArray, FloatArray]:
         """Global ids of the retained rows and their current weights."""
@@ -130,11 +138,15 @@ class InProcessTransport:
         self._round: LocalRound | None = None
 
     def __getstate__(self) -> dict[str, object]:
-        """Picklable (a restarted consumer reloads a built federation); the local-round
-        closure is not kept but rebuilt when next needed."""
+        """State for pickling.
+
+        Picklable (a restarted consumer reloads a built federation); the local-round
+        closure is not kept but rebuilt when next needed.
+        """
         return {**self.__dict__, "_round": None}
 
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
+        """One FedAvg local round on every client, from the global model ``global_arrays``."""
         if self._round is None:
             pools = [(self._dataset.x_train[s], self._dataset.y_train[s]) for s in self._shards]
             self._round = in_process_round(
@@ -145,6 +157,7 @@ class InProcessTransport:
     def open_clients(
         self, featurizer: Featurizer, shards: Sequence[IntArray]
     ) -> dict[int, RunnerClient]:
+        """Build an in-process client per shard; returns them by client id."""
         self._clients = {
             c: make_client(self._scenario, self._dataset, c, rows, featurizer)
             for c, rows in enumerate(shards)
@@ -152,7 +165,9 @@ class InProcessTransport:
         return dict(self._clients)
 
     def exclude(self, client_id: int) -> None:
+        """Drop client ``client_id`` from the federation."""
         self._clients.pop(client_id, None)
 
     def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
+        """The report of each of ``clients`` at head ``W``."""
         return {c: self._clients[c].report(W) for c in clients}

@@ -129,6 +129,7 @@ class DataSpec(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> DataSpec:
+        """Each setting is used by the source, and the source has what it needs."""
         checks = Checks()
         src = self.source
         if src in PATH_REQUIRED and self.path is None:
@@ -147,20 +148,22 @@ class DataSpec(Section):
         if self.synthetic is not None and src != "synthetic":
             checks.add(("synthetic",), f"only for source 'synthetic', source is '{src}'")
         if self.classes is not None:
-            if len(set(self.classes)) < 2 or len(set(self.classes)) != len(self.classes):
-                checks.add(("classes",), "should be at least 2 distinct labels", got=self.classes)
-            if any(c < 0 for c in self.classes):
-                checks.add(("classes",), "labels should be >= 0", got=self.classes)
-            if self.synthetic is not None and any(
-                c >= self.synthetic.n_classes for c in self.classes
-            ):
-                checks.add(
-                    ("classes",),
-                    f"labels should be < synthetic.n_classes ({self.synthetic.n_classes})",
-                    got=self.classes,
-                )
+            self._check_classes(checks, self.classes)
         checks.raise_if_any()
         return self
+
+    def _check_classes(self, checks: Checks, classes: list[int]) -> None:
+        """``classes``: at least 2 distinct labels, >= 0, and below the synthetic class count."""
+        if len(set(classes)) < 2 or len(set(classes)) != len(classes):
+            checks.add(("classes",), "should be at least 2 distinct labels", got=classes)
+        if any(c < 0 for c in classes):
+            checks.add(("classes",), "labels should be >= 0", got=classes)
+        if self.synthetic is not None and any(c >= self.synthetic.n_classes for c in classes):
+            checks.add(
+                ("classes",),
+                f"labels should be < synthetic.n_classes ({self.synthetic.n_classes})",
+                got=classes,
+            )
 
     @property
     def uses_tokens(self) -> bool:

@@ -129,8 +129,11 @@ def human_seconds(s: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to this process: ``MemAvailable`` capped by the cgroup limit
-    (None when neither can be read)."""
+    """Bytes of memory available to this process.
+
+    ``MemAvailable`` capped by the cgroup limit
+    (None when neither can be read).
+    """
     values: list[int] = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -227,13 +230,13 @@ def _stream_requests(scenario: Scenario) -> float:
 
 
 def estimate(scenario: Scenario) -> Estimate:
-    """Peak memory (by term) and a rough run time from the scenario's sizes.
+    r"""Peak memory (by term) and a rough run time from the scenario's sizes.
 
     Examples
     --------
     >>> from simulator.scenario import parse_scenario
     >>> s = parse_scenario(
-    ...     "name: t\\ndata: {source: synthetic}\\nstream: {phases: [{name: a, ticks: 1, rate: 1}]}"
+    ...     "name: t\ndata: {source: synthetic}\nstream: {phases: [{name: a, ticks: 1, rate: 1}]}"
     ... )
     >>> estimate(s).nbytes < 2**30
     True

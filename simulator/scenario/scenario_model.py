@@ -164,6 +164,11 @@ class Scenario(Section):
             for c in classes:
                 if c >= num_classes:
                     checks.add(("data", "classes"), f"labels should be < {num_classes}", got=c)
+        self._check_class_ids(checks, allowed, expect)
+        self._check_priors(checks, len(classes) if classes is not None else num_classes)
+
+    def _check_class_ids(self, checks: Checks, allowed: set[int], expect: str) -> None:
+        """The phases' target class and the OOD classes are in ``allowed``."""
         for i, phase in enumerate(self.stream.phases):
             cid = phase.target.class_id
             if cid is not None and cid not in allowed:
@@ -175,7 +180,9 @@ class Scenario(Section):
                 value = getattr(self.ood, key)
                 if value not in allowed:
                     checks.add(("ood", key), f"should be {expect}", got=value)
-        n_in = len(classes) if classes is not None else num_classes
+
+    def _check_priors(self, checks: Checks, n_in: int | None) -> None:
+        """Each shift's ``prior`` has one entry per class (``n_in`` of them)."""
         for i, shift in enumerate(self.shifts):
             if shift.prior is not None and len(shift.prior) != n_in:
                 checks.add(

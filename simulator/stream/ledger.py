@@ -36,6 +36,7 @@ class Ledger:
         return iter(self._entries)
 
     def get(self, request_id: str) -> Entry | None:
+        """The ledger entry of ``request_id``, or None if it was never answered."""
         return self._entries.get(request_id)
 
     def record(self, request_id: str, status: str, model_version: int) -> None:

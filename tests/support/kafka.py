@@ -19,58 +19,20 @@ from server.kafka.batcher import BatchPolicy
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import ConsumerConfig
 from server.kafka.topics import Topics
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome, apply_batch
 from simulator.runner.run_state import RunState
-from simulator.runner.setup import Federation
-from simulator.scenario import Scenario, load_scenario
 from simulator.stream import DeletionReceipt, DeletionRequest
 from simulator.stream.ledger import Ledger
 
-ROOT = Path(__file__).parent.parent
 #: Micro-batch size of the in-process consumer tests.
 BATCH = 16
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-
-#: A few seconds to build; ~100 requests of 2 samples over 9 ticks, 10 clients.
-SMALL = [
-    "partition.num_clients=10",
-    "data.synthetic.n_train=800",
-    "data.synthetic.n_test=300",
-    "model.rounds=1",
-    "rff.dim=64",
-    "decorrelation.steps=10",
-    "stream.phases.0.ticks=3",
-    "stream.phases.1.ticks=3",
-    "stream.phases.2.ticks=3",
-    "stream.phases.0.rate=10",
-    "stream.phases.1.rate=10",
-    "stream.phases.2.rate=6",
-    "stream.withdrawals.0.at=8",
-    "shifts.0.start=4",
-    "evaluation.checkpoints=[20]",
-]
-
-#: Thousands of single-sample requests on the quickstart data with 10 clients.
-LARGE = [
-    "partition.num_clients=10",
-    "rff.dim=64",
-    "stream.phases.0.rate=130",
-    "stream.phases.0.samples_per_request=1",
-    "stream.phases.1.rate=90",
-    "stream.phases.1.samples_per_request=1",
-    "stream.phases.2.rate=25",
-    "stream.phases.2.samples_per_request=1",
-]
 
 
 def apply_requests(fed: Any, ledger: Ledger, requests: Any, **options: Any) -> BatchOutcome:
     """The pipeline as the consumer calls it, without the evaluation schedule (tests of the
     removal semantics only)."""
     return apply_batch(fed, RunState(evaluate=False), requests, ledger=ledger, **options)
-
-
-def scenario(overrides: list[str], *extra: str) -> Scenario:
-    return load_scenario(QUICKSTART, overrides=[*overrides, *extra])
 
 
 @pytest.fixture

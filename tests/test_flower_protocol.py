@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from clients import records as rec
+from clients import protocol as rec
 
 
 def test_pack_round_trips_dtypes_shapes_and_groups() -> None:

@@ -17,7 +17,7 @@ from server.kafka.batcher import BatchPolicy
 from server.kafka.consumer import ConsumerConfig, EventHook
 from server.kafka.gate import GatePolicy
 from server.kafka.session import consume
-from server.kafka.settings import StreamSettings
+from server.kafka.settings import ConsumerSettings
 from server.kafka.signing import load_key
 from server.kafka.topics import Topics
 from simulator.errors import ConfigError
@@ -25,11 +25,11 @@ from simulator.scenario import Scenario
 from simulator.threads import thread_limits
 
 
-def stream_from_args(args: argparse.Namespace) -> StreamSettings:
+def stream_from_args(args: argparse.Namespace) -> ConsumerSettings:
     """``run --stream kafka``'s options (:mod:`server.kafka.options`) as settings."""
     if not args.bootstrap:
         raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
-    return StreamSettings(
+    return ConsumerSettings(
         bootstrap=args.bootstrap,
         requests_topic=args.requests_topic,
         receipts_topic=args.receipts_topic,
@@ -51,7 +51,7 @@ def stream_from_args(args: argparse.Namespace) -> StreamSettings:
 
 
 def consumer_config(
-    stream: StreamSettings,
+    stream: ConsumerSettings,
     out: Path,
     scenario: Scenario,
     *,
@@ -90,12 +90,12 @@ def consumer_config(
     )
 
 
-def state_dir(stream: StreamSettings, out: Path, default: Path | None = None) -> Path:
+def state_dir(stream: ConsumerSettings, out: Path, default: Path | None = None) -> Path:
     """The checkpoint folder: ``stream.state_dir``, else ``default``, else ``out/kafka-state``."""
     return Path(stream.state_dir) if stream.state_dir else default or out / "kafka-state"
 
 
-def ready_file(stream: StreamSettings, out: Path, default_state: Path | None = None) -> Path:
+def ready_file(stream: ConsumerSettings, out: Path, default_state: Path | None = None) -> Path:
     """The ready file: ``stream.ready_file``, else ``ready`` in the state folder."""
     if stream.ready_file:
         return Path(stream.ready_file)

@@ -212,9 +212,13 @@ class Federation:
 class Stateful(Protocol):
     """A client whose state this process holds (:class:`~simulator.federation.FederatedClient`)."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The client's state (what a checkpoint saves)."""
+        ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        ...
 
 
 def load_dataset(scenario: Scenario) -> Dataset:

@@ -94,8 +94,11 @@ def _decode(value: bytes | None, max_bytes: int) -> DeletionRequest | Malformed:
 
 
 def source_headers(record: Incoming) -> Headers:
-    """Where and when the request was read: ``request-offset`` (``partition:offset``) and
-    ``request-timestamp-ms`` (the request record's timestamp, for request-to-receipt latency)."""
+    """Kafka headers locating the request record.
+
+    Where and when the request was read: ``request-offset`` (``partition:offset``) and
+    ``request-timestamp-ms`` (the request record's timestamp, for request-to-receipt latency).
+    """
     return (
         ("request-offset", f"{record.partition}:{record.offset}".encode()),
         ("request-timestamp-ms", str(record.timestamp_ms).encode()),

@@ -45,11 +45,15 @@ class ClientFanout(Protocol):
         hessian: bool,
         gram: bool = False,
         hessian_at: FloatArray | None = None,
-    ) -> dict[int, ShardStatistics]: ...
+    ) -> dict[int, ShardStatistics]:
+        """Head statistics of each of ``clients`` at ``W``, keyed by client id."""
+        ...
 
     def delete(
         self, groups: Mapping[int, Sequence[int]], *, W: FloatArray, W_ref: FloatArray
-    ) -> dict[int, DeletionStatistics]: ...
+    ) -> dict[int, DeletionStatistics]:
+        """Delete ``groups[c]`` on each client ``c``; the removed rows' statistics by client id."""
+        ...
 
 
 class FederatedHeadData:
@@ -91,21 +95,26 @@ class FederatedHeadData:
 
     @property
     def dim(self) -> int:
+        """Feature dimension d."""
         return self._dim
 
     @property
     def num_classes(self) -> int:
+        """Number of classes K."""
         return self._k
 
     @property
     def columns(self) -> int:
+        """Columns of the head (K, or K - 1 when the last class is the reference)."""
         return head_columns(self._k)
 
     @property
     def retained_count(self) -> int:
+        """Retained rows over every client."""
         return sum(c.retained_count for c in self.clients.values())
 
     def max_weight(self) -> float:
+        """Largest weight of a retained row over every client."""
         return max((c.max_weight() for c in self.clients.values()), default=0.0)
 
     def route(self, ids: Sequence[int]) -> dict[int, list[int]]:
@@ -116,6 +125,7 @@ class FederatedHeadData:
         return groups
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that no live client holds."""
         bad: list[int] = []
         for cid, group in self.route(ids).items():
             live = self.clients.get(cid)
@@ -131,6 +141,13 @@ class FederatedHeadData:
         hessian_at: Array | None = None,
     ) -> ShardStatistics:
         # clients keep numpy: the server's head (numpy or torch, head.device) converts here
+        """Sum of the clients' head statistics at ``W`` (one fan-out when there is one).
+
+        The data terms of the head's loss (Guo et al. ICML 2020, eq. 1;
+        ``simulator/head/logistic.py``) are sums over rows, so over the clients' disjoint shards
+        the sums of their statistics equal the full-data ones. The clients compute on numpy
+        arrays; ``W`` and ``hessian_at`` are converted here.
+        """
         W = to_numpy(W)
         hessian_at = None if hessian_at is None else to_numpy(hessian_at)
         total = ShardStatistics.zeros(self._dim, self.columns, hessian=hessian, gram=gram)
@@ -146,6 +163,13 @@ class FederatedHeadData:
         return total
 
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
+        """Delete ``ids`` on their owning clients; the sum of the removed rows' statistics.
+
+        Raises
+        ------
+        InputError
+            When an id has no live owning client.
+        """
         W, W_ref = to_numpy(W), to_numpy(W_ref)
         groups = self.route(ids)
         orphans = [i for cid, g in groups.items() if cid not in self.clients for i in g]

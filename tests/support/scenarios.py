@@ -1,0 +1,68 @@
+"""Scenario files and the override lists that shrink them for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from simulator.scenario import Scenario, load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCENARIOS = ROOT / "scenarios"
+QUICKSTART = SCENARIOS / "quickstart.yaml"
+
+#: Shrinks the quickstart to a few seconds while keeping every stage.
+SMALL = [
+    "data.synthetic.n_train=600",
+    "data.synthetic.n_test=300",
+    "model.rounds=1",
+    "rff.dim=64",
+    "decorrelation.steps=10",
+    "stream.phases.0.ticks=3",
+    "stream.phases.1.ticks=3",
+    "stream.phases.2.ticks=3",
+    "stream.withdrawals.0.at=8",
+    "evaluation.checkpoints=[20]",
+    "shifts.0.start=4",
+]
+
+#: A few seconds to build; ~100 requests of 2 samples over 9 ticks, 10 clients.
+TEN_CLIENTS = [
+    "partition.num_clients=10",
+    "data.synthetic.n_train=800",
+    "data.synthetic.n_test=300",
+    "model.rounds=1",
+    "rff.dim=64",
+    "decorrelation.steps=10",
+    "stream.phases.0.ticks=3",
+    "stream.phases.1.ticks=3",
+    "stream.phases.2.ticks=3",
+    "stream.phases.0.rate=10",
+    "stream.phases.1.rate=10",
+    "stream.phases.2.rate=6",
+    "stream.withdrawals.0.at=8",
+    "shifts.0.start=4",
+    "evaluation.checkpoints=[20]",
+]
+
+#: Thousands of single-sample requests on the quickstart data with 10 clients.
+LARGE = [
+    "partition.num_clients=10",
+    "rff.dim=64",
+    "stream.phases.0.rate=130",
+    "stream.phases.0.samples_per_request=1",
+    "stream.phases.1.rate=90",
+    "stream.phases.1.samples_per_request=1",
+    "stream.phases.2.rate=25",
+    "stream.phases.2.samples_per_request=1",
+]
+
+
+def scenario(overrides: list[str], *extra: str) -> Scenario:
+    """The quickstart with ``overrides`` and ``extra`` applied."""
+    return load_scenario(QUICKSTART, overrides=[*overrides, *extra])
+
+
+def quiet() -> Console:
+    return Console(quiet=True)
