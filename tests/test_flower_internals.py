@@ -99,7 +99,7 @@ def test_the_worker_serves_its_own_fab_warm_and_any_other_the_stock_way(tmp_path
     installed and imported from the FAB (as ``flwr-clientapp`` would), and it answers."""
     own = build_fab(stage_app(tmp_path / "app"), tmp_path / "own")
     changed_app = stage_app(tmp_path / "changed")
-    records = changed_app / "clients" / "records.py"
+    records = changed_app / "clients" / "protocol.py"
     records.write_text(records.read_text() + "\n# a change the environment does not have\n")
     changed = build_fab(changed_app, tmp_path / "changed-fab")
     (tmp_path / "own.fab").write_bytes(own)
