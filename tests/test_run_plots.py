@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
+from simulator.reporting.run_report import plot_run
 from simulator.runner import run_scenario
-from simulator.runner.outputs import plot_run
 from simulator.scenario import load_scenario
 
 

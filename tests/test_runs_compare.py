@@ -13,10 +13,10 @@ from support.scenarios import SCENARIOS, SMALL
 
 from server.cli import main
 from simulator.errors import InputError
+from simulator.reporting.flat import flatten
+from simulator.reporting.runs_compare import load_run, plot_compare, resolve_run
 from simulator.runner import run_scenario
-from simulator.runner.flat import flatten
 from simulator.runner.run_folder import new_run_folder
-from simulator.runner.runs_compare import load_run, plot_compare, resolve_run
 from simulator.scenario import load_scenario
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
+from simulator.reporting.run_report import read_summary, read_verdict
+from simulator.reporting.verdict import certificate_verdict, phase_table
 from simulator.runner import run_scenario
-from simulator.runner.outputs import read_summary, read_verdict
-from simulator.runner.verdict import certificate_verdict, phase_table
 from simulator.scenario import load_scenario
 
 END = {

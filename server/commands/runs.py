@@ -3,7 +3,7 @@
 Each DIR is a run folder or a scenario's ``output_dir`` (its ``latest`` run). Prints one table
 (status, certificate verdict, every summary row; one column per run) and writes
 ``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
-(:mod:`simulator.runner.runs_compare`) into ``--output``.
+(:mod:`simulator.reporting.runs_compare`) into ``--output``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Print the comparison and write its files; exit code 0."""
-    from simulator.runner.runs_compare import compare_table, load_run, markdown, plot_compare
+    from simulator.reporting.runs_compare import compare_table, load_run, markdown, plot_compare
 
     runs = [load_run(f) for f in args.folders]
     header, rows = compare_table(runs)

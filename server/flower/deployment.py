@@ -105,8 +105,8 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
             f"run {run_id} completed; its outputs are in {folder} on the SuperLink's machine"
         )
         return RunResult(folder, {}, [])
-    from simulator.runner.outputs import read_summary, read_verdict
-    from simulator.runner.run import print_summary
+    from simulator.reporting.console import print_summary
+    from simulator.reporting.run_report import read_summary, read_verdict
 
     rows = read_summary(folder / "summary.md")  # the table every run prints
     verdict = read_verdict(folder / "summary.md")

@@ -86,7 +86,7 @@ def _consume(
 ) -> dict[str, Any]:
     """:func:`consume`'s body inside its ``run.json``."""
     from server.kafka.checkpoint import CheckpointStore
-    from simulator.runner.run import print_summary, verdict_lines
+    from simulator.reporting.console import print_summary, verdict_lines
 
     health = Health(ready_file=ready or config.state_dir / "ready")
     resume = CheckpointStore.exists(config.state_dir)
@@ -113,7 +113,7 @@ def _consume(
     title = f"{fed.scenario.name}: summary (kafka stream)"
     if end.get("interrupted"):
         title += f" (interrupted after batch {end['interrupted']['batch']})"
-    print_summary(console, title, rows, out, verdict_lines(recorder), recorder.tables)
+    print_summary(console, title, rows, out, verdict_lines(recorder.verdict), recorder.tables)
     return end
 
 

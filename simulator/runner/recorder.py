@@ -23,10 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.runner.artifacts import write_artifacts
-from simulator.runner.federation import Federation
-from simulator.runner.flat import BATCHES_CSV, write_batches_csv
-from simulator.runner.outputs import (
+from simulator.reporting.flat import BATCHES_CSV, write_batches_csv
+from simulator.reporting.run_report import (
     OUTPUT_FILES,
     RunWriter,
     plot_run,
@@ -34,11 +32,13 @@ from simulator.runner.outputs import (
     summary_rows,
     summary_tables,
 )
+from simulator.reporting.verdict import Table, Verdict, certificate_verdict
+from simulator.runner.artifacts import write_artifacts
+from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome
 from simulator.runner.run_folder import RunManifest, read_manifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
-from simulator.runner.verdict import Table, Verdict, certificate_verdict
 from simulator.scenario import scenario_to_yaml
 
 EventCallback = Callable[[dict[str, Any], Federation], None]

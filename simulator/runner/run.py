@@ -20,14 +20,11 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
-from rich.table import Table
-from rich.text import Text
 
+from simulator.reporting.console import RemainingColumn, print_summary, progress_info, verdict_lines
 from simulator.runner.federation import Federation, build_federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
@@ -36,7 +33,6 @@ from simulator.runner.result import RunResult
 from simulator.runner.run_folder import new_run_folder, tracked
 from simulator.runner.run_state import RunState
 from simulator.runner.transport import ClientTransport
-from simulator.runner.verdict import Table as SummaryTable
 from simulator.scenario import Scenario
 from simulator.stream import batches as stream_batches
 
@@ -66,14 +62,8 @@ def run_scenario(
         title += (
             f" (interrupted at batch {end['interrupted']['batch']} of {end['interrupted']['of']})"
         )
-    print_summary(console, title, rows, folder, verdict_lines(recorder), recorder.tables)
+    print_summary(console, title, rows, folder, verdict_lines(recorder.verdict), recorder.tables)
     return RunResult(folder, end, rows)
-
-
-def verdict_lines(recorder: RunRecorder) -> list[str]:
-    """The recorder's certificate verdict as lines (headline first)."""
-    v = recorder.verdict
-    return [v.headline, *v.lines] if v else []
 
 
 def _play(
@@ -136,56 +126,3 @@ def _play(
     finally:
         recorder.close()
     return end, rows, recorder
-
-
-class RemainingColumn(ProgressColumn):
-    """``eta H:MM:SS``: the time left at the mean pace so far (the number of batches is
-    known)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._eta = TimeRemainingColumn(elapsed_when_finished=False)
-
-    def render(self, task: Any) -> Text:
-        return Text.assemble(("eta ", "dim"), self._eta.render(task))
-
-
-def progress_info(event: dict[str, Any]) -> str:
-    """The progress bar's note after a batch: removed so far, budget used, test accuracy."""
-    acc = event.get("metrics", {}).get("accuracy_test")
-    return f"removed {event['removed_total']}  budget {event.get('budget_used_ratio', 0):.0%}" + (
-        f"  acc {acc:.3f}" if acc is not None else ""
-    )
-
-
-def print_summary(
-    console: Console,
-    title: str,
-    rows: Sequence[tuple[str, str]],
-    folder: Path,
-    verdict: Sequence[str] = (),
-    tables: Sequence[SummaryTable] = (),
-) -> None:
-    """The summary every run prints, whatever its source and transport: the certificate
-    verdict (headline, then its lines), the (metric, value) table, the phase and attack
-    tables."""
-    if verdict:
-        head, *lines = verdict
-        style = "bold red" if "NOT HELD" in head else "bold green"
-        console.print(f"[{style}]{head}[/]", highlight=False)
-        for line in lines:
-            console.print(f"  - {line}", markup=False, highlight=False)
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in rows:
-        table.add_row(k, v, style=None)
-    console.print(table)
-    for t in tables:
-        extra = Table(title=t.title)
-        for i, name in enumerate(t.header):
-            extra.add_column(name, justify="left" if i == 0 else "right")
-        for row in t.rows:
-            extra.add_row(*row)
-        console.print(extra)
-    console.print(f"outputs in [bold]{folder}[/]")

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.runner.plot_marks import StreamMarks, batch_x, decorate, stream_marks
-from simulator.runner.verdict import Table
+from simulator.reporting.plot_marks import StreamMarks, batch_x, decorate, stream_marks
+from simulator.reporting.verdict import Table
 
 
 def _num(v: Any) -> str:

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 
 from simulator.head.config import ACCOUNTING_NOTES
-from simulator.runner.metric_report import (
+from simulator.reporting.metric_report import (
     mia_table,
     plot_privacy_drift,
     privacy_drift_rows,
     series_style,
 )
-from simulator.runner.plot_marks import batch_x, decorate, stream_marks
-from simulator.runner.verdict import Table, Verdict, phase_table
+from simulator.reporting.plot_marks import batch_x, decorate, stream_marks
+from simulator.reporting.verdict import Table, Verdict, phase_table
 from simulator.stream import DeletionReceipt
 
 #: Every file the recorder writes (deleted before a fresh run writes a folder again).

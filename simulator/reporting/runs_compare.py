@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.runner.flat import Scalar, read_batches
-from simulator.runner.outputs import read_summary, read_verdict
+from simulator.reporting.flat import Scalar, read_batches
+from simulator.reporting.run_report import read_summary, read_verdict
 from simulator.runner.run_folder import latest_folder, read_manifest
 
 #: Line styles and markers cycled over the runs, so identical curves stay visible.
