@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from simulator.errors import InputError, NumericalError
 from simulator.models.backbones import Backbone, ExtractorWithHead, InputKind
 from simulator.models.device import seeded_rng
+from simulator.seeds import child_torch
 
 StateArrays = dict[str, NDArray[np.float32]]
 
@@ -224,12 +225,10 @@ def extract_features(
 def client_generator(seed: int, round_index: int, client_index: int) -> torch.Generator:
     """The CPU generator of ``client_index`` in round ``round_index`` (both from 0).
 
-    Derived as ``numpy.random.SeedSequence(seed, spawn_key=(round_index, client_index))``,
-    so every (seed, round, client) triple has its own independent stream.
+    ``child_torch(seed, "fedavg", round_index, client_index)``: every (seed, round, client)
+    triple has its own stream (:mod:`simulator.seeds`).
     """
-    sequence = np.random.SeedSequence(seed, spawn_key=(round_index, client_index))
-    state = int(sequence.generate_state(1, dtype=np.uint64)[0]) >> 1
-    return torch.Generator().manual_seed(state)
+    return child_torch(seed, "fedavg", round_index, client_index)
 
 
 def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)

@@ -46,7 +46,7 @@ from simulator.metrics import (
 )
 from simulator.metrics.drift import js_divergence, total_variation
 from simulator.runner.federation import Federation
-from simulator.seeds import child_seed
+from simulator.seeds import child_rng
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -93,7 +93,7 @@ class RunMonitor:
     def start(cls, fed: Federation) -> RunMonitor:
         """Freeze the baselines from the federation before its first deletion."""
         spec = fed.scenario.evaluation
-        rng = np.random.default_rng(child_seed(fed.scenario.seed, "metrics"))
+        rng = child_rng(fed.scenario.seed, "metrics")
         rows = fed.head_data_retained()
         Z0, y0 = fed.eval_sets.features("test", 0)
         order = rng.permutation(y0.size).astype(np.int64)
@@ -120,7 +120,7 @@ class RunMonitor:
         if "lira" not in spec.attacks:
             return 0.0
         t = time.perf_counter()
-        rng = np.random.default_rng([child_seed(fed.scenario.seed, "lira"), index])
+        rng = child_rng(fed.scenario.seed, "lira", index)
         self.refs = train_references(
             fed.train_features,
             fed.dataset.y_train,
@@ -150,7 +150,7 @@ class RunMonitor:
     def sample_sets(self, forgotten: list[int], index: int) -> dict[str, IntArray]:
         """Forget and retain ids this batch's estimates use (capped, deterministic)."""
         cap = self.fed.scenario.evaluation.max_samples
-        rng = np.random.default_rng([child_seed(self.fed.scenario.seed, "metrics"), index + 1])
+        rng = child_rng(self.fed.scenario.seed, "metrics", index + 1)
         forget = np.unique(np.asarray(forgotten, dtype=np.int64))
         return {"forget": _cap(forget, cap, rng), "retain": _cap(self._retain_probe(), cap, rng)}
 
@@ -196,7 +196,7 @@ class RunMonitor:
                 self.refs, sh.phi, self._holdout_ref_phi, out_mask_for(self.refs, None, yh.size)
             )
             attacks["lira"] = attack_dict(summarize_attack(lf, lh))
-        rng = np.random.default_rng([child_seed(fed.scenario.seed, "efficacy"), index])
+        rng = child_rng(fed.scenario.seed, "efficacy", index)
         sr = membership_scores(Z[retain] @ W, y[retain])
         eff = mia_efficacy(sr.raw_entropy, sh.raw_entropy, sf.raw_entropy, rng=rng)
         return {
@@ -215,7 +215,7 @@ class RunMonitor:
         """Feature MMD^2 and label shift of the data (the same for every head)."""
         fed, spec = self.fed, self.fed.scenario.evaluation
         k = fed.dataset.num_classes
-        rng = np.random.default_rng([child_seed(fed.scenario.seed, "drift"), index])
+        rng = child_rng(fed.scenario.seed, "drift", index)
         Z, y = fed.train_features, fed.dataset.y_train
         Z0, y0 = fed.eval_sets.features("test", 0)
         Zt, yt = fed.eval_sets.features("test", tick)

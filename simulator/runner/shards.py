@@ -29,9 +29,7 @@ def weighting_plan(scenario: Scenario, client_id: int) -> WeightingPlan | None:
     if not method(scenario.method).decorrelates:
         return None
     config = decorrelation_config(scenario)
-    root = child_seed(scenario.seed, "decorrelation")
-    seed = int(np.random.SeedSequence([root, client_id]).generate_state(1)[0])
-    return WeightingPlan(config, seed)
+    return WeightingPlan(config, child_seed(scenario.seed, "decorrelation", client_id))
 
 
 def make_client(
