@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,8 +169,11 @@ def finish(proc: subprocess.Popen[str]) -> None:
         raise RuntimeError(f"consumer failed:\n{rest[-3000:]}")
 
 
-def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, float, str]]:
-    """(request ms, receipt ms, status) of every receipt on ``topic``."""
+def receipts(
+    bootstrap: str, topic: str, expected: int, timeout: float = 120.0
+) -> list[tuple[float, float, str]]:
+    """(request ms, receipt ms, status) of every receipt on ``topic`` (waits up to
+    ``timeout`` seconds for all ``expected``)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -177,7 +181,7 @@ def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, flo
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     out: list[tuple[float, float, str]] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout
     while len(out) < expected and time.monotonic() < deadline:
         for messages in consumer.poll(timeout_ms=500).values():
             for m in messages:
@@ -205,6 +209,11 @@ def batch_stats(folder: Path) -> dict[str, Any]:
         "removal_seconds_mean": float(removal.mean()),
         "checkpoint_seconds_mean": float(ckpt.mean()),
         "publish_seconds_mean": float(publish.mean()),
+        # per batch: requests, whether it retrained, seconds of the removal and in all
+        "batch_log": [
+            [int(e["requests"]), bool(e.get("retrained")), round(float(r), 3), round(float(t), 3)]
+            for e, r, t in zip(batches, removal, totals, strict=True)
+        ],
     }
 
 
@@ -215,13 +224,22 @@ def one_run(
     requests = scenario_requests(load_scenario(args.scenario, overrides=sets))
     topics = Topics(f"{mode}-{n_train}-req", f"{mode}-{n_train}-rec", f"{mode}-{n_train}-dlq")
     folder = work / f"{mode}-{n_train}"
+    if args.reuse_federation:
+        # the federation built by an earlier run of these settings (same scenario digest):
+        # the consumer reloads it instead of training the head again (server/kafka/restart.py)
+        for other in ("paced", "drain"):
+            built = work / f"{other}-{n_train}" / "kafka-state" / "federation.pkl"
+            if other != mode and built.exists():
+                (folder / "kafka-state").mkdir(parents=True, exist_ok=True)
+                shutil.copy(built, folder / "kafka-state" / "federation.pkl")
+                break
     if mode == "drain":
         replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
     proc, ready = start_consumer(broker.bootstrap, sets, folder, topics, args)
     if mode == "paced":
         schedule = send_times(requests, rate=args.rate)
         replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, schedule=schedule)
-    got = receipts(broker.bootstrap, topics.receipts, len(requests))
+    got = receipts(broker.bootstrap, topics.receipts, len(requests), args.receipt_timeout)
     finish(proc)
     sent = np.array([g[0] for g in got]) / 1000.0
     done = np.array([g[1] for g in got]) / 1000.0
@@ -275,6 +293,12 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], help="extra scenario override")
     p.add_argument("--modes", nargs="+", default=["paced", "drain"], choices=("paced", "drain"))
     p.add_argument("--no-restart", action="store_true", help="skip the restart run")
+    p.add_argument(
+        "--reuse-federation", action="store_true",
+        help="a size's second run reloads the federation its first run built (no second "
+        "training; its first start then measures a reload, not a build)",
+    )  # fmt: skip
+    p.add_argument("--receipt-timeout", type=float, default=120.0, help="seconds to wait")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream.json")
     args = p.parse_args()
     console = Console()
