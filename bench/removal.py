@@ -42,6 +42,7 @@ import copy
 import dataclasses
 import json
 import os
+import pickle
 import platform
 import time
 from pathlib import Path
@@ -111,28 +112,57 @@ def budget_cycle(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict
     return out
 
 
-def stream(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict[str, Any]:
-    """Single removals of ``ids`` in order, retrains included: wall time per removal."""
+def stream(
+    head: CertifiedHead,
+    ids: np.ndarray,
+    console: Console,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Single removals of ``ids`` in order, retrains included: wall time per removal.
+
+    Also the terms of the model ``cycles x (removals per cycle x step + retrain)``: the mean
+    seconds of a kept step and of a forced retrain (the removal that retrains: its step, the
+    retrain, the new factorisations). ``progress(summary)`` is called every 250 removals with
+    the figures so far (a long stream keeps what it measured if it is stopped).
+    """
     retrains: list[float] = []
+    retrain_totals: list[float] = []
     iterations: list[int] = []
+    steps: list[float] = []
     t = time.perf_counter()
+
+    def summary(done: int) -> dict[str, Any]:
+        total = time.perf_counter() - t
+        return {
+            "removals": done,
+            "seconds": total,
+            "amortised_seconds_per_removal": total / max(1, done),
+            "retrains": len(retrains),
+            "retrain_seconds_mean": float(np.mean(retrains)) if retrains else None,
+            "retrain_seconds": retrains,
+            "retrain_removal_seconds_mean": (
+                float(np.mean(retrain_totals)) if retrain_totals else None
+            ),
+            "retrain_iterations_mean": float(np.mean(iterations)) if iterations else None,
+            "step_seconds_mean": float(np.mean(steps)) if steps else None,
+            "removals_per_cycle": done / (len(retrains) + 1),
+            "load_average": os.getloadavg(),
+        }
+
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"stream ({head.config.accounting})", total=len(ids))
-        for sid in ids:
+        for i, sid in enumerate(ids):
             r = head.remove([int(sid)])
             bar.advance(task)
             if r.retrained:
                 retrains.append(r.timings["retrain"])
+                retrain_totals.append(r.timings["total"])
                 iterations.append(r.retrain_iterations)
-    total = time.perf_counter() - t
-    return {
-        "removals": len(ids),
-        "seconds": total,
-        "amortised_seconds_per_removal": total / max(1, len(ids)),
-        "retrains": len(retrains),
-        "retrain_seconds_mean": float(np.mean(retrains)) if retrains else None,
-        "retrain_iterations_mean": float(np.mean(iterations)) if iterations else None,
-    }
+            else:
+                steps.append(r.timings["total"])
+            if progress is not None and (i + 1) % 250 == 0:
+                progress(summary(i + 1))
+    return summary(len(ids))
 
 
 def hessian_build(head: CertifiedHead) -> dict[str, Any]:
@@ -208,6 +238,22 @@ def main() -> None:
         action="store_true",
         help="skip the naive path and the cold retrain from scratch (slow at full size)",
     )
+    p.add_argument(
+        "--accounting", nargs="+", default=["guo", "exact"], choices=("guo", "exact", "worst")
+    )
+    p.add_argument(
+        "--only-stream",
+        action="store_true",
+        help="only the stream of --stream single removals per accounting (no budget cycle, "
+        "no batches, no Hessian build): the long amortised runs",
+    )
+    p.add_argument(
+        "--head-cache",
+        type=Path,
+        default=None,
+        help="pickle of the freshly trained head: loaded when it exists (same n, d, backend), "
+        "written after training otherwise (skips the initial cold training of later runs)",
+    )
     p.add_argument("--out", default="bench/results/removal.json")
     args = p.parse_args()
     backend = make_backend(args.device, args.backend)
@@ -238,30 +284,78 @@ def main() -> None:
         f"[bold]workload[/]: n={args.n} d={args.d} K=10 ({source}); {args.backend} on {device_name}"
     )
     t = time.perf_counter()
-    data = LocalHeadData(Xtr, ytr, 10, backend=backend)
-    fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
-    train_s = time.perf_counter() - t
+    cache = args.head_cache
+    if cache is not None and cache.exists():
+        with cache.open("rb") as fh:
+            fresh, train_s = pickle.load(fh)
+        console.print(f"loaded the trained head from {cache} (trained in {train_s:.1f} s)")
+    else:
+        data = LocalHeadData(Xtr, ytr, 10, backend=backend)
+        fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
+        train_s = time.perf_counter() - t
+        if cache is not None:
+            with cache.open("wb") as fh:
+                pickle.dump((fresh, train_s), fh, protocol=pickle.HIGHEST_PROTOCOL)
     console.print(f"trained in {train_s:.1f} s ({fresh.last_fit_iterations} Newton iterations)")
     order = rng.permutation(args.n)
 
     modes: dict[str, Any] = {}
-    for accounting in ("guo", "exact"):
-        head = with_config(fresh, accounting=accounting)
-        cycle = budget_cycle(head, order[: args.seq_cap], console)
-        modes[accounting] = {
-            "accounting": accounting,
-            **cycle,
-            "amortised_seconds_per_removal_one_cycle": cycle["amortised_seconds_per_removal"],
-            "batches": batch_charges(with_config(fresh, accounting=accounting), order),
-        }
+
+    def save_partial(extra: dict[str, Any] | None = None) -> None:
+        # partial results survive a timeout or a stop (the one-shot GPU check has a fixed
+        # budget; a 10,000-removal stream on 2 cores takes most of an hour)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        body = {"partial": True, "modes": modes, **(extra or {}), **settings}
+        Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
+
+    settings = {
+        "n": args.n,
+        "d": args.d,
+        "backend": args.backend,
+        "device": args.device,
+        "stream_removals": args.stream,
+        "train_seconds": train_s,
+        "load_average_at_start": load_start,
+    }
+    for accounting in args.accounting:
+        modes[accounting] = {"accounting": accounting}
+        if not args.only_stream:
+            head = with_config(fresh, accounting=accounting)
+            cycle = budget_cycle(head, order[: args.seq_cap], console)
+            modes[accounting] |= {
+                **cycle,
+                "amortised_seconds_per_removal_one_cycle": cycle["amortised_seconds_per_removal"],
+                "batches": batch_charges(with_config(fresh, accounting=accounting), order),
+            }
         if args.stream:
-            st = stream(with_config(fresh, accounting=accounting), order[: args.stream], console)
+
+            def progress(so_far: dict[str, Any], accounting: str = accounting) -> None:
+                modes[accounting]["stream"] = so_far
+                save_partial()
+
+            st = stream(
+                with_config(fresh, accounting=accounting), order[: args.stream], console, progress
+            )
             modes[accounting]["stream"] = st
             modes[accounting]["amortised_seconds_per_removal"] = st["amortised_seconds_per_removal"]
-        console.print(f"{accounting}: {modes[accounting]['removals_before_retrain']} removals")
-        # partial results survive a timeout (the one-shot GPU check has a fixed budget)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"partial": True, "modes": modes}, indent=2) + "\n")
+        console.print(f"{accounting}: {modes[accounting].get('removals_before_retrain')} removals")
+        save_partial()
+
+    if args.only_stream:
+        Path(args.out).write_text(
+            json.dumps({"modes": modes, **settings, "load_average_at_end": os.getloadavg(),
+                        "source": source, "budget": fresh.budget,
+                        "machine": f"{platform.machine()} ({platform.node()}), "
+                        f"{os.cpu_count()} cores"}, indent=2) + "\n"
+        )  # fmt: skip
+        for mode, body in modes.items():
+            st = body["stream"]
+            console.print(
+                f"{mode}: {st['removals']} removals in {st['seconds']:.1f} s, "
+                f"{st['amortised_seconds_per_removal']:.4f} s/removal, {st['retrains']} retrains"
+            )
+        console.print(f"wrote {args.out}")
+        return
 
     build = hessian_build(fresh)
     naive_rate: float | None = None
@@ -280,7 +374,7 @@ def main() -> None:
             Xte,
             yte,
         )
-    guo = modes["guo"]
+    guo = modes.get("guo", next(iter(modes.values())))
     result = {
         "accounting": "guo",  # the headline figures below; both modes in "modes"
         "removals_before_retrain": guo["removals_before_retrain"],

@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,13 +62,17 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 TARGET_RPS, TARGET_P99 = 1000.0, 2.0
 
 
-def overrides(n_train: int, requests: int) -> list[str]:
-    """Quickstart, 10 clients, ``n_train`` rows, about ``requests`` single-sample requests."""
+def overrides(n_train: int, requests: int, args: argparse.Namespace) -> list[str]:
+    """Quickstart, 10 clients, ``n_train`` rows, about ``requests`` single-sample requests; for
+    another ``--scenario`` (three phases of 10 ticks, like the quickstart's) only the phases'
+    rates, its rows and clients as written. ``--set`` overrides come last."""
     per_tick = requests / 25.0  # phases of 10 ticks at r, r, r/2 (plus bursts)
-    out = ["partition.num_clients=10", f"data.synthetic.n_train={n_train}"]
+    out = []
+    if Path(args.scenario).resolve() == QUICKSTART:
+        out = ["partition.num_clients=10", f"data.synthetic.n_train={n_train}"]
     for i, rate in enumerate((per_tick, per_tick, per_tick / 2)):
         out += [f"stream.phases.{i}.rate={rate:.3f}", f"stream.phases.{i}.samples_per_request=1"]
-    return out
+    return out + list(args.set)
 
 
 def start_consumer(
@@ -75,7 +80,7 @@ def start_consumer(
 ) -> tuple[subprocess.Popen[str], float]:
     """The consumer process; returns it and the time it was ready (after building)."""
     command = [
-        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
+        sys.executable, "-m", "server.cli", "run", str(args.scenario),
         *[a for s in sets for a in ("--set", s)],
         "--stream", "kafka", "--bootstrap", bootstrap, "--output", str(folder),
         "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
@@ -114,8 +119,8 @@ def restart_run(
     broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
     """The backlog consumed by a consumer SIGKILLed after a few batches and started again."""
-    sets = overrides(n_train, args.requests)
-    requests = scenario_requests(load_scenario(QUICKSTART, overrides=sets))
+    sets = overrides(n_train, args.requests, args)
+    requests = scenario_requests(load_scenario(args.scenario, overrides=sets))
     topics = Topics(f"restart-{n_train}-req", f"restart-{n_train}-rec", f"restart-{n_train}-dlq")
     folder = work / f"restart-{n_train}"
     ready = folder / "kafka-state" / "ready"
@@ -164,8 +169,11 @@ def finish(proc: subprocess.Popen[str]) -> None:
         raise RuntimeError(f"consumer failed:\n{rest[-3000:]}")
 
 
-def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, float, str]]:
-    """(request ms, receipt ms, status) of every receipt on ``topic``."""
+def receipts(
+    bootstrap: str, topic: str, expected: int, timeout: float = 120.0
+) -> list[tuple[float, float, str]]:
+    """(request ms, receipt ms, status) of every receipt on ``topic`` (waits up to
+    ``timeout`` seconds for all ``expected``)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -173,7 +181,7 @@ def receipts(bootstrap: str, topic: str, expected: int) -> list[tuple[float, flo
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     out: list[tuple[float, float, str]] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout
     while len(out) < expected and time.monotonic() < deadline:
         for messages in consumer.poll(timeout_ms=500).values():
             for m in messages:
@@ -201,23 +209,37 @@ def batch_stats(folder: Path) -> dict[str, Any]:
         "removal_seconds_mean": float(removal.mean()),
         "checkpoint_seconds_mean": float(ckpt.mean()),
         "publish_seconds_mean": float(publish.mean()),
+        # per batch: requests, whether it retrained, seconds of the removal and in all
+        "batch_log": [
+            [int(e["requests"]), bool(e.get("retrained")), round(float(r), 3), round(float(t), 3)]
+            for e, r, t in zip(batches, removal, totals, strict=True)
+        ],
     }
 
 
 def one_run(
     mode: str, broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
-    sets = overrides(n_train, args.requests)
-    requests = scenario_requests(load_scenario(QUICKSTART, overrides=sets))
+    sets = overrides(n_train, args.requests, args)
+    requests = scenario_requests(load_scenario(args.scenario, overrides=sets))
     topics = Topics(f"{mode}-{n_train}-req", f"{mode}-{n_train}-rec", f"{mode}-{n_train}-dlq")
     folder = work / f"{mode}-{n_train}"
+    if args.reuse_federation:
+        # the federation built by an earlier run of these settings (same scenario digest):
+        # the consumer reloads it instead of training the head again (server/kafka/restart.py)
+        for other in ("paced", "drain"):
+            built = work / f"{other}-{n_train}" / "kafka-state" / "federation.pkl"
+            if other != mode and built.exists():
+                (folder / "kafka-state").mkdir(parents=True, exist_ok=True)
+                shutil.copy(built, folder / "kafka-state" / "federation.pkl")
+                break
     if mode == "drain":
         replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
     proc, ready = start_consumer(broker.bootstrap, sets, folder, topics, args)
     if mode == "paced":
         schedule = send_times(requests, rate=args.rate)
         replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, schedule=schedule)
-    got = receipts(broker.bootstrap, topics.receipts, len(requests))
+    got = receipts(broker.bootstrap, topics.receipts, len(requests), args.receipt_timeout)
     finish(proc)
     sent = np.array([g[0] for g in got]) / 1000.0
     done = np.array([g[1] for g in got]) / 1000.0
@@ -263,37 +285,62 @@ def main() -> None:
     p.add_argument("--idle", type=float, default=4.0)
     p.add_argument("--blas-threads", type=int, default=1)
     p.add_argument("--kill-after", type=int, default=1, help="restart run: SIGKILL after N batches")
+    p.add_argument(
+        "--scenario", type=Path, default=QUICKSTART,
+        help="scenario (default the quickstart; bench/stream_fmnist.yaml: issue 16's full-size "
+        "workload, whose rows are its own: give --n-train 60000 as its label and request cap)",
+    )  # fmt: skip
+    p.add_argument("--set", action="append", default=[], help="extra scenario override")
+    p.add_argument("--modes", nargs="+", default=["paced", "drain"], choices=("paced", "drain"))
+    p.add_argument("--no-restart", action="store_true", help="skip the restart run")
+    p.add_argument(
+        "--reuse-federation", action="store_true",
+        help="a size's second run reloads the federation its first run built (no second "
+        "training; its first start then measures a reload, not a build)",
+    )  # fmt: skip
+    p.add_argument("--receipt-timeout", type=float, default=120.0, help="seconds to wait")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream.json")
     args = p.parse_args()
     console = Console()
     runs = []
+    restart: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, LocalBroker(log_path=Path(tmp) / "b.log") as broker:
         for n_train in args.n_train:
             # a size's request count is capped by its rows (single-sample deletions)
             a = argparse.Namespace(
                 **{**vars(args), "requests": min(args.requests, n_train * 5 // 6)}
             )
-            for mode in ("paced", "drain"):
+            for mode in args.modes:
                 console.print(f"[bold]{mode}[/] n_train={n_train}, ~{a.requests} requests")
                 runs.append(one_run(mode, broker, n_train, a, Path(tmp)))
-            if n_train == args.n_train[0]:
+                # partial results survive an interrupted run (full size takes many minutes)
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                partial = {"partial": True, "runs": runs, "load_average": os.getloadavg()}
+                args.out.write_text(json.dumps(partial, indent=2) + "\n")
+            if n_train == args.n_train[0] and not args.no_restart:
                 console.print(f"[bold]restart[/] n_train={n_train}")
                 restart = restart_run(broker, n_train, a, Path(tmp))
-    for paced, drain in zip(runs[::2], runs[1::2], strict=True):  # restart kept aside
-        paced["meets_targets"] = drain["meets_targets"] = meets(drain, paced)
-    main_paced, main_drain = runs[0], runs[1]
+    paced_runs = [r for r in runs if r["mode"] == "paced"]
+    drain_runs = [r for r in runs if r["mode"] == "drain"]
+    if paced_runs and drain_runs:
+        for paced, drain in zip(paced_runs, drain_runs, strict=True):  # restart kept aside
+            paced["meets_targets"] = drain["meets_targets"] = meets(drain, paced)
+    main_paced = paced_runs[0] if paced_runs else {}
+    main_drain = drain_runs[0] if drain_runs else {}
+    restart = restart if not args.no_restart else {}
     result = {
-        "requests_per_second": main_drain["requests_per_second"],
-        "latency_p50_seconds": main_paced["latency_p50_seconds"],
-        "latency_p99_seconds": main_paced["latency_p99_seconds"],
-        "requests": main_paced["requests"],
-        "restart_to_ready_seconds": restart["restart_to_ready_seconds"],
-        "first_start_to_ready_seconds": restart["first_start_to_ready_seconds"],
-        "crashed_requests_per_second": restart["crashed_requests_per_second"],
+        "scenario": str(args.scenario.resolve().relative_to(ROOT)),
+        "requests_per_second": main_drain.get("requests_per_second"),
+        "latency_p50_seconds": main_paced.get("latency_p50_seconds"),
+        "latency_p99_seconds": main_paced.get("latency_p99_seconds"),
+        "requests": (main_paced or main_drain).get("requests"),
+        "restart_to_ready_seconds": restart.get("restart_to_ready_seconds"),
+        "first_start_to_ready_seconds": restart.get("first_start_to_ready_seconds"),
+        "crashed_requests_per_second": restart.get("crashed_requests_per_second"),
         "paced_rate": args.rate,
-        "paced_requests_per_second": main_paced["requests_per_second"],
+        "paced_requests_per_second": main_paced.get("requests_per_second"),
         "targets": {"requests_per_second": TARGET_RPS, "latency_p99_seconds": TARGET_P99},
-        "meets_targets": meets(main_drain, main_paced),
+        "meets_targets": bool(main_paced and main_drain and meets(main_drain, main_paced)),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_average_at_end": os.getloadavg()},
@@ -312,12 +359,14 @@ def main() -> None:
             str(r["batches"]), str(r["retrains"]),
         )  # fmt: skip
     console.print(table)
-    console.print(
-        f"restart (n_train={restart['n_train']}, killed after {restart['killed_after_batches']} "
-        f"batches): first start to ready {restart['first_start_to_ready_seconds']:.2f} s, "
-        f"restart to ready {restart['restart_to_ready_seconds']:.2f} s, crashed run "
-        f"{restart['crashed_requests_per_second']:.0f} requests/s"
-    )
+    if restart:
+        console.print(
+            f"restart (n_train={restart['n_train']}, killed after "
+            f"{restart['killed_after_batches']} batches): first start to ready "
+            f"{restart['first_start_to_ready_seconds']:.2f} s, restart to ready "
+            f"{restart['restart_to_ready_seconds']:.2f} s, crashed run "
+            f"{restart['crashed_requests_per_second']:.0f} requests/s"
+        )
     console.print(f"wrote {args.out}")
 
 

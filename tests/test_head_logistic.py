@@ -126,3 +126,49 @@ def test_gram_matrix_with_pending_rows_equals_the_downdated_matrix() -> None:
         U = rng.normal(size=(6, 3))
         np.testing.assert_allclose(gram.quadratic(U), np.einsum("ik,ik->k", U, exact @ U))
     np.testing.assert_allclose(gram.matrix(), exact)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    d=st.integers(1, 9),
+    k=st.integers(1, 4),
+    block=st.integers(1, 25),
+    seed=st.integers(0, 10_000),
+)
+def test_blocked_syrk_build_equals_the_per_class_products(
+    n: int, d: int, k: int, block: int, seed: int
+) -> None:
+    """The Hessian build (one pass, blocks of rows, rank-k updates, dead rows skipped) equals
+    the old per-class ``X^T diag(c_k) X`` on numpy and on torch (CPU)."""
+    from simulator.head.backend import TorchBackend, weighted_grams_numpy
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    C = rng.uniform(0.0, 0.25, size=(n, k))
+    C[rng.random(n) < 0.3] = 0.0  # deleted rows: zero curvature in every class
+    old = np.stack([X.T @ (X * C[:, c, None]) for c in range(k)])
+    scale = max(1.0, float(np.abs(old).max()))
+    for H in (
+        weighted_grams_numpy(X, C, block=block),
+        weighted_grams_numpy(X, C),
+        TorchBackend("cpu").weighted_grams(torch.tensor(X), torch.tensor(C)).numpy(),
+    ):
+        assert H.shape == (k, d, d)
+        np.testing.assert_allclose(H, old, rtol=0, atol=1e-13 * scale)
+        np.testing.assert_array_equal(H, np.transpose(H, (0, 2, 1)))  # exactly symmetric
+
+
+def test_hessian_of_shard_statistics_is_the_blocked_build() -> None:
+    """``shard_statistics`` builds the Hessians with the blocked syrk for weights >= 0 (with
+    zeros: deleted rows) and the general product for weight changes of either sign."""
+    X, y = planted_problem(50, 5, 3, seed=1)
+    Y = signed_labels(y, 3)
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(5, 3))
+    for a in (rng.uniform(0.0, 2.0, size=50) * (rng.random(50) < 0.7), rng.normal(size=50)):
+        p = 1.0 / (1.0 + np.exp(-(Y * (X @ W))))
+        curv = a[:, None] * p * (1.0 - p)
+        expected = np.stack([X.T @ (X * curv[:, c, None]) for c in range(3)])
+        H = shard_statistics(X, Y, a, W, hessian=True).hessian
+        np.testing.assert_allclose(H, expected, rtol=1e-12, atol=1e-14)

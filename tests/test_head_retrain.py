@@ -54,6 +54,11 @@ def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     np.testing.assert_allclose(
         warm._solver.hessians, objective_hessian(stats, lam=lam), rtol=1e-10, atol=1e-10
     )
+    # the solver reuses the polish's factors: they are the Cholesky factors of its matrices
+    H = warm._solver.hessians
+    for c, L in enumerate(warm._solver._factors):
+        np.testing.assert_allclose(L @ L.T, H[c], rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(L, np.linalg.cholesky(H[c]), rtol=1e-10, atol=1e-12)
     keep = warm.data.retained_ids
     np.testing.assert_allclose(warm._gram.matrix(), X[keep].T @ X[keep], atol=1e-10)
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
+from scipy.linalg import blas as sblas
 
 from simulator.errors import ConfigError
 
@@ -33,6 +34,52 @@ DeviceName = Literal["cpu", "cuda", "auto"]
 BackendName = Literal["numpy", "torch", "auto"]
 DEVICES: tuple[DeviceName, ...] = ("cpu", "cuda", "auto")
 BACKENDS: tuple[BackendName, ...] = ("numpy", "torch", "auto")
+
+
+#: floats per block of rows in the Hessian build (64 MB: 8,192 rows at d = 1,024). Measured
+#: here at n = 60,000, d = 1,024, K = 10 (load 1.8): 2,048 rows per block 15.6 s, 8,192 rows
+#: 9.9 s, 16,384 rows 15.0 s, one block 34.6 s, against 14.2 s for a scaled copy of X per class
+BLOCK_FLOATS = 1 << 23
+
+
+def weighted_grams_numpy(
+    X: NDArray[np.float64], C: NDArray[np.float64], *, block: int | None = None
+) -> NDArray[np.float64]:
+    """``H_k = sum_i C_ik x_i x_i^T = X^T diag(C[:, k]) X`` for every column k of ``C >= 0``.
+
+    One pass over the rows of ``X`` (n, d) in blocks of ``block`` rows (default
+    ``BLOCK_FLOATS / d``); per block and class
+    one symmetric rank-``block`` update (BLAS ``dsyrk``: ``block d^2`` flops, half a general
+    product's ``2 block d^2``) of the upper triangle of ``H_k`` by ``sqrt(C_bk) * X_b``; rows
+    whose curvature is zero in every class (deleted rows keep their place with weight 0) are
+    skipped. ``K n d^2`` flops in all (the logistic Hessian of ``logistic.py``), and the
+    temporary is one block (``block d`` floats) instead of a scaled copy of ``X`` per class.
+    Returns (K, d, d), symmetric, C-ordered.
+    """
+    n, d = X.shape
+    k = C.shape[1]
+    block = max(256, BLOCK_FLOATS // max(1, d)) if block is None else block
+    if np.any(C < 0):
+        raise ValueError("weighted_grams needs non-negative curvatures (syrk of sqrt(C) X)")
+    S = np.sqrt(C)
+    acc = [np.zeros((d, d), order="F") for _ in range(k)]
+    for start in range(0, n, block):
+        Xb, Sb = X[start : start + block], S[start : start + block]
+        live = Sb.any(axis=1)
+        if not live.all():
+            Xb, Sb = Xb[live], Sb[live]
+        if Xb.shape[0] == 0:
+            continue
+        for c in range(k):
+            Xs = Xb * Sb[:, c, None]
+            # Xs is C-ordered (rows, d), i.e. Fortran-ordered Xs^T (d, rows): syrk with
+            # trans=0 forms Xs^T Xs into the upper triangle of acc[c], in place
+            acc[c] = sblas.dsyrk(1.0, Xs.T, beta=1.0, c=acc[c], trans=0, lower=0, overwrite_c=1)
+    out = np.empty((k, d, d))
+    for c in range(k):
+        upper = np.triu(acc[c])
+        out[c] = upper + np.triu(upper, 1).T
+    return out
 
 
 def to_numpy(x: Array) -> NDArray[np.float64]:
@@ -105,6 +152,10 @@ class NumpyBackend:
 
     def any(self, x: Array) -> bool:
         return bool(np.any(x))
+
+    def weighted_grams(self, X: Array, C: Array) -> Array:
+        """``X^T diag(C[:, k]) X`` for every column of ``C >= 0`` (:func:`weighted_grams_numpy`)."""
+        return weighted_grams_numpy(np.ascontiguousarray(X), np.ascontiguousarray(C))
 
     def all(self, x: Array) -> bool:
         return bool(np.all(x))
@@ -203,6 +254,32 @@ class TorchBackend:
 
     def any(self, x: Array) -> bool:
         return bool(self._torch.any(self.asarray(x) != 0))
+
+    def weighted_grams(self, X: Array, C: Array) -> Array:
+        """``X^T diag(C[:, k]) X`` for every column of ``C >= 0``, (K, d, d).
+
+        On the CPU, the rows are handed to :func:`weighted_grams_numpy` without a copy (torch
+        has no symmetric rank-k update, and a general product costs twice the flops: measured
+        here 37 GF/s of useful work with MKL's dgemm against 66 with OpenBLAS's dsyrk). On a
+        GPU, per class a product of ``sqrt(C_k) X`` with itself over blocks of rows, so the
+        temporary stays below ~2^27 floats (1 GiB) whatever n.
+        """
+        t = self._torch
+        if self._dev.type == "cpu":
+            Xn = X.detach().contiguous().numpy()
+            Cn = C.detach().contiguous().numpy()
+            return t.from_numpy(weighted_grams_numpy(Xn, Cn))
+        n, d = X.shape
+        k = C.shape[1]
+        S = t.sqrt(C)
+        out = t.zeros((k, d, d), dtype=t.float64, device=self._dev)
+        block = max(1, min(n, (1 << 27) // max(1, d)))
+        for start in range(0, n, block):
+            Xb, Sb = X[start : start + block], S[start : start + block]
+            for c in range(k):
+                Xs = Xb * Sb[:, c, None]
+                out[c] += Xs.T @ Xs
+        return out
 
     def all(self, x: Array) -> bool:
         return bool(self._torch.all(self.asarray(x) != 0))

@@ -242,7 +242,7 @@ class CertifiedHead:
             gram = res.gram
         self._W = res.W
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
-        self._solver = HessianSolver(res.hessian, backend=self._bk)
+        self._solver = HessianSolver(res.hessian, backend=self._bk, factors=res.factors)
         self._gram = GramMatrix(gram, backend=self._bk)
         self._spectral = _spectral_upper_bound(gram, self._bk)
         self._cumulative = stacked_norm(res.gradient_norms)

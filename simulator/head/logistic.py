@@ -167,14 +167,12 @@ def shard_statistics(
         m_ref = margins if hessian_at is None else Y * (X @ bk.asarray(hessian_at))
         p = bk.sigmoid(m_ref)
         curv = a[:, None] * p * (1.0 - p)
-        hess = bk.zeros((k, d, d))
-        signed = bk.any(a < 0)  # weight *changes* may be negative
-        for c in range(k):
-            if signed:
+        if bk.any(a < 0):  # weight *changes* may be negative: general products
+            hess = bk.zeros((k, d, d))
+            for c in range(k):
                 hess[c] = X.T @ (X * curv[:, c, None])
-            else:
-                Xs = X * bk.sqrt(curv[:, c])[:, None]
-                hess[c] = Xs.T @ Xs  # numpy dispatches A.T @ A to syrk
+        else:  # one pass over the rows, symmetric rank-k updates (backend.weighted_grams)
+            hess = bk.weighted_grams(X, curv)
     g = X.T @ X if gram else None
     return ShardStatistics(loss=loss, gradient=grad, hessian=hess, gram=g, count=n)
 

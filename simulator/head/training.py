@@ -55,7 +55,9 @@ class TrainResult:
     ``hessian`` is the objective Hessian (K, d, d) at ``reference`` (the returned head ``W``
     when None) and ``gram`` the retained rows' ``X^T X`` (None from :func:`retrain_head`);
     they seed the removal machinery, whose bounds charge the gap ``||W_ref - W||``. Arrays are
-    the backend's (numpy by default), ``gradient_norms`` numpy.
+    the backend's (numpy by default), ``gradient_norms`` numpy. ``factors``, when given, are
+    the lower Cholesky factors of ``hessian`` (the warm retrain's polish computed them; the
+    removal solver takes them instead of factorising again).
     """
 
     W: Array
@@ -67,6 +69,7 @@ class TrainResult:
     newton_iterations: int = -1
     hessian_builds: int = -1
     reference: Array | None = None
+    factors: list[Array] | None = None
 
     def __post_init__(self) -> None:
         # the cold path builds the Hessians once per Newton iteration (and at the last point)
@@ -150,14 +153,22 @@ def _line_search(
 Preconditioner = Callable[[Array], Array]
 
 
-def _cholesky_preconditioner(hessian: Array, bk: Backend) -> Preconditioner:
-    """``g -> H_k^{-1} g_k`` per class from Cholesky factors of ``hessian`` (K, d, d)."""
+def _cholesky_factors(hessian: Array, bk: Backend) -> list[Array]:
+    """Lower Cholesky factors of ``hessian`` (K, d, d), one per class."""
     factors = []
     for c in range(hessian.shape[0]):
         try:
             factors.append(bk.cholesky(hessian[c]))
         except np.linalg.LinAlgError as exc:
             raise NumericalError(f"Hessian of class {c} is not positive definite") from exc
+    return factors
+
+
+def _cholesky_preconditioner(
+    hessian: Array, bk: Backend, factors: list[Array] | None = None
+) -> Preconditioner:
+    """``g -> H_k^{-1} g_k`` per class from Cholesky factors of ``hessian`` (K, d, d)."""
+    factors = _cholesky_factors(hessian, bk) if factors is None else factors
 
     def solve(g: Array) -> Array:
         out = bk.zeros(g.shape)
@@ -230,7 +241,10 @@ def retrain_head(
             final = statistics_in(data, W, bk, hessian=True)
             builds += 1
             H = objective_hessian(final, lam=lam)
-            newton_step = _cholesky_preconditioner(H, bk)(objective_gradient(final, W, b, lam=lam))
+            factors = _cholesky_factors(H, bk)  # handed on to the removal solver
+            newton_step = _cholesky_preconditioner(H, bk, factors)(
+                objective_gradient(final, W, b, lam=lam)
+            )
             polished = W - newton_step
             pstats = statistics_in(data, polished, bk, hessian=False)
             pgrad = objective_gradient(pstats, polished, b, lam=lam)
@@ -247,6 +261,7 @@ def retrain_head(
                 newton_iterations=newton + 1,
                 hessian_builds=builds,
                 reference=W,
+                factors=factors,
             )
         if it == max_iter:
             break
