@@ -38,7 +38,7 @@ def test_cuda_run_matches_the_cpu_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("accounting", ["guo", "exact"])
 def test_head_on_cuda_matches_numpy(accounting: str) -> None:
-    from test_head_backend import run_stream, twin_heads
+    from support.head_backend import run_stream, twin_heads
 
     ref, other = twin_heads("torch", "cuda", accounting=accounting, sigma=0.5, lam=1e-2)
     assert other._W.is_cuda
@@ -46,7 +46,7 @@ def test_head_on_cuda_matches_numpy(accounting: str) -> None:
 
 
 def test_head_on_cuda_with_reweighting_matches_numpy() -> None:
-    from test_head_backend import run_stream, twin_heads
+    from support.head_backend import run_stream, twin_heads
 
     run_stream(*twin_heads("torch", "cuda", reweigh=True, sigma=0.5, lam=1e-2))
 

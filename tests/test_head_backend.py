@@ -2,61 +2,14 @@
 
 import numpy as np
 import pytest
+from support.head_backend import RTOL, assert_same_reports, run_stream, twin_heads
 from support.heads import planted_problem
 
 from simulator.errors import ConfigError
 from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData
-from simulator.head.backend import NumpyBackend, TorchBackend, make_backend, resolve
+from simulator.head.backend import NumpyBackend, TorchBackend, resolve
 
 torch = pytest.importorskip("torch")
-RTOL = 1e-9
-
-
-def twin_heads(backend: str, device: str = "cpu", *, reweigh: bool = False, **cfg):
-    X, y = planted_problem(300, 12, 4, seed=3)
-    base = np.random.default_rng(3).uniform(1.0, 2.0, size=300)
-
-    def drift(ids, features, labels):  # a function of the retained rows alone
-        return base[ids] * (1.0 + 0.3 * np.tanh(features[:, 0] * ids.size / 300))
-
-    heads = []
-    for bk in ("numpy", backend):
-        data = LocalHeadData(
-            X,
-            y,
-            4,
-            weights=base,
-            reweigh=drift if reweigh else None,
-            backend=make_backend(device if bk != "numpy" else "cpu", bk),
-        )
-        config = HeadConfig(device=device if bk != "numpy" else "cpu", backend=bk, **cfg)
-        heads.append(CertifiedHead(data, config, rng=np.random.default_rng(7)))
-    return heads
-
-
-def assert_same_reports(a, b) -> None:
-    assert a.retrained == b.retrained and a.retrain_reason == b.retrain_reason
-    for key in ("residual_worst", "residual_data", "charged", "cumulative", "epsilon_spent"):
-        # abs: charges at the training tolerance are rounding noise (1e-13) next to budgets ~1
-        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL, abs=1e-9), key
-    if a.residual_exact is not None:
-        assert b.residual_exact == pytest.approx(a.residual_exact, rel=1e-7, abs=1e-12)
-    assert a.retrain_iterations == b.retrain_iterations
-
-
-def run_stream(ref: CertifiedHead, other: CertifiedHead) -> int:
-    np.testing.assert_array_equal(ref.b, other.b)
-    np.testing.assert_allclose(other.W, ref.W, rtol=RTOL, atol=1e-12)
-    retrains = 0
-    batches = [[0], [5], [9, 11, 13], list(range(20, 60)), [61], [62], [63, 64]]
-    for ids in batches:
-        ra, rb = ref.remove(ids), other.remove(ids)
-        assert_same_reports(ra, rb)
-        retrains += ra.retrained
-        np.testing.assert_allclose(other.W, ref.W, rtol=1e-8, atol=1e-11)
-        np.testing.assert_array_equal(ref.b, other.b)
-    np.testing.assert_allclose(other.gradient_norms(), ref.gradient_norms(), rtol=1e-6, atol=1e-11)
-    return retrains
 
 
 @pytest.mark.parametrize("accounting", ["guo", "exact"])
