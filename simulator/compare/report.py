@@ -11,6 +11,7 @@ from typing import Any
 from simulator.compare.harness import Comparison
 from simulator.compare.plots import plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
+from simulator.compare.verdict import verdict_csv, verdicts
 
 
 def _finite(value: Any) -> Any:
@@ -39,7 +40,10 @@ def write_comparison(
         "fits": folder / "fits.json",
         "command": folder / "command.txt",
     }
-    files["table"].write_text(markdown(comparison, summaries))
+    rows = verdicts(comparison.measurements, comparison.methods)
+    files["verdict"] = folder / "verdict.csv"
+    files["verdict"].write_text(verdict_csv(rows))
+    files["table"].write_text(markdown(comparison, summaries, rows, comparison.split_notes))
     files["summary"].write_text(summary_csv(summaries))
     files["runs"].write_text(runs_csv(comparison.measurements))
     fits = [

@@ -22,6 +22,7 @@ STAGES = (
     "stream",
     "shift",
     "ood",
+    "shift_split",
     "evaluation",
 )
 

@@ -4,6 +4,7 @@
 ``retrain``     extractor, RFF map and head retrained from scratch on the retained rows
 ``cr``          certified removal of the linear head (Guo et al., ICML 2020)
 ``decoremoval`` RFF + decorrelation weights + certified removal (DecoRemoval)
+``decoremoval_extractor`` the same, with decorrelation weights also in the extractor's training
 ``sisa``        shards x slices with checkpoints (Bourtoule et al., IEEE S&P 2021)
 ``dpsgd``       DP-SGD training with opacus, removal a no-op (Abadi et al., CCS 2016)
 ``ssd``         selective synaptic dampening (Foster et al., AAAI 2024)
@@ -27,7 +28,7 @@ from simulator.unlearners.base import (
 )
 from simulator.unlearners.cr import CertifiedRemoval
 from simulator.unlearners.cu import CertifiedUnlearning, CuOptions
-from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalOptions
+from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalExtractor, DecoRemovalOptions
 from simulator.unlearners.dpsgd import DpSgd, DpsgdOptions
 from simulator.unlearners.registry import (
     create_unlearner,
@@ -49,6 +50,7 @@ BUILTIN: tuple[type[BaseUnlearner[Any]], ...] = (
     Ssd,
     CertifiedUnlearning,
     DecoRemoval,
+    DecoRemovalExtractor,
 )
 for _cls in BUILTIN:
     register_unlearner(_cls.name, _cls)
@@ -60,6 +62,7 @@ __all__ = [
     "CertifiedUnlearning",
     "CuOptions",
     "DecoRemoval",
+    "DecoRemovalExtractor",
     "DecoRemovalOptions",
     "DpSgd",
     "DpsgdOptions",

@@ -9,6 +9,7 @@ certificate covers the head only, and the results say so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,16 +38,40 @@ class Featurizer:
         return clip_to_unit_ball(self.rff.transform(h))
 
 
+#: Per-epoch weights of the extractor's training loss, given the network being trained.
+EpochWeights = Callable[[ExtractorWithHead, int], FloatArray | None]
+
+
 def train_featurizer(
-    train: TrainingSet, rows: IntArray, settings: ModelSettings, seed: int
+    train: TrainingSet,
+    rows: IntArray,
+    settings: ModelSettings,
+    seed: int,
+    *,
+    epoch_weights: EpochWeights | None = None,
 ) -> Featurizer:
     """Train the extractor on ``rows`` and draw the RFF map, both from ``seed``'s children.
 
     The median bandwidth heuristic (when ``settings.rff_bandwidth`` is None) is computed on the
-    extractor features of ``rows``.
+    extractor features of ``rows``. ``epoch_weights(model, epoch)`` re-weights each epoch's
+    training loss (DecoRemoval's extractor mode); None trains with the plain mean loss.
     """
     model = build_network(settings, train, child_torch(seed, "extractor", "init"))
-    train_network(model, train, rows, settings, generator=child_torch(seed, "extractor", "train"))
+    reweigh = None
+    if epoch_weights is not None:
+        hook = epoch_weights
+
+        def reweigh(epoch: int) -> FloatArray | None:
+            return hook(model, epoch)
+
+    train_network(
+        model,
+        train,
+        rows,
+        settings,
+        generator=child_torch(seed, "extractor", "train"),
+        reweigh=reweigh,
+    )
     device = device_of(settings)
     rng = child_rng(seed, "rff")
     h = extract_features(model, train.x[rows], device=device)
