@@ -35,7 +35,8 @@ def test_quick_profile_runs_the_mnist_comparison_end_to_end(
     )
     seconds = time.perf_counter() - started
     assert code == 0
-    assert seconds < 120, f"the quick profile took {seconds:.0f} s"
+    # about 40 s at load 8 on the 2-core VM; the bound only catches a profile that grew
+    assert seconds < 600, f"the quick profile took {seconds:.0f} s"
     command = (out / "command.txt").read_text()
     assert "--quick" in command and "--methods retrain,cr,decoremoval" in command
     table = (out / "table.md").read_text()
@@ -51,6 +52,10 @@ def test_quick_profile_runs_the_mnist_comparison_end_to_end(
     assert {v["method"] for v in verdict} == {"decoremoval", "decoremoval_extractor"}
     assert (out / "utility.png").stat().st_size > 1000
     assert "wrote" in capsys.readouterr().out
+    # the cross-folder verdict table reads verdict.csv at the last removal count
+    assert main(["compare-summary", str(out), str(tmp_path / "missing")]) == 0
+    summary = capsys.readouterr().out
+    assert "| quick | 30 | 2 | noise |" in summary and "| DR-x |" in summary
 
 
 def test_regimes_are_named_overrides(tmp_path: Path) -> None:

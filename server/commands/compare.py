@@ -74,6 +74,21 @@ def register(sub: Any) -> None:
     )
     add_overrides(p)
     p.set_defaults(handler=handle)
+    q = sub.add_parser(
+        "compare-summary",
+        help="one DR - CR verdict table over comparison folders (last removal count)",
+    )
+    q.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    q.add_argument("--metric", choices=("acc", "f1"), default="acc")
+    q.set_defaults(handler=handle_summary)
+
+
+def handle_summary(args: argparse.Namespace, console: Console) -> int:
+    from simulator.compare.summary import summary_markdown
+
+    text = summary_markdown([Path(f) for f in args.folders], args.metric)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    return 0
 
 
 def parse_methods(text: str | None, *, reference: bool = True) -> list[str]:
