@@ -189,7 +189,7 @@ def local_train(
             if weights is not None:
                 if weights.shape != (n,) or not np.isfinite(weights).all():
                     raise InputError(f"reweigh must give {n} finite weights, got {weights.shape}")
-                w = torch.as_tensor(weights, dtype=torch.float32, device=device)
+                w = torch.tensor(np.asarray(weights, dtype=np.float32), device=device)
                 model.train()
             order = torch.randperm(n, generator=generator).to(device)
             loss_sum = torch.zeros((), device=device)

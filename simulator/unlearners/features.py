@@ -9,6 +9,8 @@ certificate covers the head only, and the results say so.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,15 @@ class Featurizer:
         return clip_to_unit_ball(self.rff.transform(h))
 
 
+#: The last plainly trained featurizer of each live training set, by (seed, settings, rows):
+#: ``cr`` and ``decoremoval`` train the very same extractor and RFF map (same rows, settings
+#: and seed), so the second one reuses the first's instead of training it again. The
+#: featurizer is frozen after training and never modified, so sharing it changes no result;
+#: only the second method's ``fit_seconds`` no longer include the extractor's training.
+_FEATURIZERS: weakref.WeakKeyDictionary[
+    TrainingSet, dict[tuple[int, ModelSettings, str], Featurizer]
+] = weakref.WeakKeyDictionary()
+
 #: Per-epoch weights of the extractor's training loss, given the network being trained.
 EpochWeights = Callable[[ExtractorWithHead, int], FloatArray | None]
 
@@ -56,6 +67,11 @@ def train_featurizer(
     extractor features of ``rows``. ``epoch_weights(model, epoch)`` re-weights each epoch's
     training loss (DecoRemoval's extractor mode); None trains with the plain mean loss.
     """
+    key = (seed, settings, hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest())
+    if epoch_weights is None:
+        known = _FEATURIZERS.get(train, {}).get(key)
+        if known is not None:
+            return known
     model = build_network(settings, train, child_torch(seed, "extractor", "init"))
     reweigh = None
     if epoch_weights is not None:
@@ -80,7 +96,10 @@ def train_featurizer(
         bandwidth = median_bandwidth(h, rng=rng) if h.shape[0] >= 2 else 1.0
     rff = RandomFourierFeatures.draw(h.shape[1], settings.rff_dim, bandwidth=bandwidth, rng=rng)
     model.eval()
-    return Featurizer(model, rff, device)
+    featurizer = Featurizer(model, rff, device)
+    if epoch_weights is None:
+        _FEATURIZERS[train] = {key: featurizer}  # the latest one per training set
+    return featurizer
 
 
 def head_proba(Z: FloatArray, W: FloatArray) -> FloatArray:
