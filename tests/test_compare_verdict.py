@@ -65,6 +65,19 @@ def test_no_difference_when_the_interval_holds_zero_and_pairs_by_seed() -> None:
     assert one is not None and one.verdict == "n/a"  # one seed decides nothing
 
 
+def test_identical_differences_need_the_sign_test() -> None:
+    def rows(k: int) -> list[Measurement]:
+        return [m("cr", s, 0.80) for s in range(k)] + [
+            m("decoremoval", s, 0.7995) for s in range(k)
+        ]
+
+    five = paired(rows(5), "decoremoval", "cr", "acc_test", 10)
+    assert five is not None and five.low == five.high == pytest.approx(-0.0005)
+    assert five.p_value == pytest.approx(2 * 0.5**5) and five.verdict == "no difference"
+    six = paired(rows(6), "decoremoval", "cr", "acc_test", 10)
+    assert six is not None and six.verdict == "CR better"
+
+
 def test_verdicts_cover_every_variant_split_and_checkpoint() -> None:
     rows = [
         m(name, s, 0.8 + 0.01 * s, r)

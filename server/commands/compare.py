@@ -81,6 +81,21 @@ def register(sub: Any) -> None:
     q.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
     q.add_argument("--metric", choices=("acc", "f1"), default="acc")
     q.set_defaults(handler=handle_summary)
+    r = sub.add_parser(
+        "compare-retable",
+        help="rewrite a comparison folder's tables and verdicts from its runs.csv",
+    )
+    r.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    r.set_defaults(handler=handle_retable)
+
+
+def handle_retable(args: argparse.Namespace, console: Console) -> int:
+    from simulator.compare.report import retable
+
+    for folder in args.folders:
+        retable(Path(folder))
+        console.print(f"rewrote the tables of {folder}")
+    return 0
 
 
 def handle_summary(args: argparse.Namespace, console: Console) -> int:

@@ -6,7 +6,10 @@ count, ``d_s = acc_DR(s) - acc_CR(s)``. With ``k`` seeds the paired t statistic 
 ``t = mean(d) / (sd(d) / sqrt(k))`` (Student, ``k - 1`` degrees of freedom) and the 95%
 interval ``mean(d) ± t_{0.975, k-1} sd(d) / sqrt(k)``. The verdict reads the interval:
 above 0 "DR better", below 0 "CR better", containing 0 "no difference" (at 95%, two-sided).
-With identical differences (``sd = 0``) the interval is the point itself.
+With identical differences (``sd = 0``, common with accuracies on a few hundred rows) the t
+statistic is undefined; the interval is then the point itself and the p value is the exact
+two-sided sign test's, ``2 * 0.5^k`` (1 when the difference is 0), so one image's difference
+repeated on every seed is not a verdict unless ``k >= 6``.
 
 A seeded percentile bootstrap interval of the mean difference (10,000 resamples of the seeds)
 is reported next to it as a check that does not assume normal differences; with 5 seeds it is
@@ -52,8 +55,10 @@ class Paired:
     @property
     def verdict(self) -> str:
         """``<method> better`` / ``no difference`` / ``<base> better`` at 95%."""
-        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+        if not (math.isfinite(self.low) and math.isfinite(self.p_value)):
             return "n/a"
+        if self.p_value >= 1 - LEVEL:
+            return "no difference"
         if self.low > 0:
             return f"{label(self.method)} better"
         if self.high < 0:
@@ -93,7 +98,7 @@ def paired(
         sd = float(d.std(ddof=1))
         if sd == 0.0:
             low = high = mean
-            p = 1.0 if mean == 0 else 0.0
+            p = 1.0 if mean == 0 else min(1.0, 2 * 0.5**k)
         else:
             se = sd / math.sqrt(k)
             q = float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))
