@@ -117,6 +117,14 @@ _REGISTRY: dict[str, Method] = {
             decorrelates=True,
         ),
         Method(
+            "decoremoval_extractor",
+            "DecoRemoval with the decorrelation weights also re-weighting the extractor's "
+            "training loss (refitted every epoch); the certificate covers the head only",
+            None,
+            f"{_UNLEARNERS}.decoremoval:DecoRemovalExtractor",
+            decorrelates=True,
+        ),
+        Method(
             "retrain_head",
             "linear head retrained from scratch on the retained rows (frozen extractor + RFF)",
             "retrain_head",

@@ -44,7 +44,7 @@ def fit(method: str, seed: int = 5, **options: Any) -> Any:
 
 # ------------------------------------------------------------------------------- registry
 def test_builtins_are_the_papers_methods_in_table_order() -> None:
-    assert registered_unlearners()[:7] == (
+    assert registered_unlearners()[:8] == (
         "retrain",
         "cr",
         "sisa",
@@ -52,9 +52,10 @@ def test_builtins_are_the_papers_methods_in_table_order() -> None:
         "ssd",
         "cu",
         "decoremoval",
+        "decoremoval_extractor",
     )
-    assert [cls.name for cls in BUILTIN] == list(registered_unlearners()[:8])
-    assert registered_unlearners()[7] == "retrain_head"
+    assert [cls.name for cls in BUILTIN] == list(registered_unlearners()[:9])
+    assert registered_unlearners()[8] == "retrain_head"
 
 
 def test_registry_refuses_duplicates_unless_forced() -> None:

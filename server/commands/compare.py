@@ -53,12 +53,62 @@ def register(sub: Any) -> None:
         help="torch intra-op threads (default 1: fastest for these small networks)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--regime",
+        choices=("paper", "legacy"),
+        default="paper",
+        help="certificate regime: paper (the scenario's: sigma 1, delta 1e-3, 1000 features) "
+        "or legacy (sigma 10, delta 1e-4, 512 features; the earlier comparison)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny data (300 training rows, 1 epoch, checkpoints 10,30): proves the pipeline "
+        "end to end in seconds, measures nothing (CI)",
+    )
+    p.add_argument(
+        "--no-retrain",
+        action="store_true",
+        help="do not add the retrain reference (saves its per-batch retraining on large data; "
+        "the distance-to-retrain columns are then n/a)",
+    )
     add_overrides(p)
     p.set_defaults(handler=handle)
+    q = sub.add_parser(
+        "compare-summary",
+        help="one DR - CR verdict table over comparison folders (last removal count)",
+    )
+    q.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    q.add_argument("--metric", choices=("acc", "f1"), default="acc")
+    q.set_defaults(handler=handle_summary)
+    r = sub.add_parser(
+        "compare-retable",
+        help="rewrite a comparison folder's tables and verdicts from its runs.csv",
+    )
+    r.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    r.set_defaults(handler=handle_retable)
 
 
-def parse_methods(text: str | None) -> list[str]:
-    """Method names from ``a,b,c``; ``retrain`` is added first when missing (the reference)."""
+def handle_retable(args: argparse.Namespace, console: Console) -> int:
+    from simulator.compare.report import retable
+
+    for folder in args.folders:
+        retable(Path(folder))
+        console.print(f"rewrote the tables of {folder}")
+    return 0
+
+
+def handle_summary(args: argparse.Namespace, console: Console) -> int:
+    from simulator.compare.summary import summary_markdown
+
+    text = summary_markdown([Path(f) for f in args.folders], args.metric)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def parse_methods(text: str | None, *, reference: bool = True) -> list[str]:
+    """Method names from ``a,b,c``; ``retrain`` is added first when missing (the reference),
+    unless ``reference`` is False."""
     from simulator.unlearners import registered_unlearners, unlearner_class
 
     names = (
@@ -72,7 +122,7 @@ def parse_methods(text: str | None) -> list[str]:
         raise ConfigError(f"a method is named twice: {names}", "--methods")
     for name in names:
         unlearner_class(name)
-    return names if "retrain" in names else ["retrain", *names]
+    return names if "retrain" in names or not reference else ["retrain", *names]
 
 
 def parse_options(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
@@ -110,9 +160,15 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
         "compare",
         args.scenario,
         "--methods",
-        ",".join(parse_methods(args.methods)),
+        ",".join(parse_methods(args.methods, reference=not args.no_retrain)),
     ]
     parts += ["--seeds", str(args.seeds)]
+    if args.regime != "paper":
+        parts += ["--regime", args.regime]
+    if args.quick:
+        parts.append("--quick")
+    if args.no_retrain:
+        parts.append("--no-retrain")
     if args.checkpoints is not None:
         parts += ["--checkpoints", args.checkpoints]
     for item in args.options:
@@ -127,18 +183,30 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.compare import build_workload, run_comparison, write_comparison
+    from simulator.compare.profiles import QUICK, QUICK_CHECKPOINTS, REGIMES
     from simulator.scenario import load_scenario
     from simulator.threads import thread_limits
 
-    scenario = load_scenario(args.scenario, overrides=args.overrides)
-    methods = parse_methods(args.methods)
+    profile = [*REGIMES[args.regime], *(QUICK if args.quick else ())]
+    scenario = load_scenario(args.scenario, overrides=[*profile, *args.overrides])
+    methods = parse_methods(args.methods, reference=not args.no_retrain)
     options = parse_options(args.options, methods)
     checkpoints = parse_checkpoints(args.checkpoints)
+    if args.quick and checkpoints is None:
+        checkpoints = list(QUICK_CHECKPOINTS)
     if args.seeds < 1:
         raise ConfigError("must be >= 1", "--seeds")
     seeds = [scenario.seed + i for i in range(args.seeds)]
     folder = Path(args.output) if args.output else Path("results") / scenario.name
     console.print(f"comparing {', '.join(methods)} on {scenario.name}, seeds {seeds}")
+
+    command = command_line(args, folder)
+
+    def partial(done: Any) -> None:
+        """Write the seeds finished so far (a long run killed later keeps them)."""
+        if len(done.seeds) < len(seeds):
+            write_comparison(done, folder, command=command, plots=False)
+            console.print(f"  wrote seeds {list(done.seeds)} to {folder}", highlight=False)
 
     with thread_limits(torch=args.torch_threads):
         comparison = run_comparison(
@@ -147,10 +215,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             seeds=seeds,
             options=options,
             progress=lambda text: console.print(f"  {text}", highlight=False),
+            on_seed=partial,
         )
-    files = write_comparison(
-        comparison, folder, command=command_line(args, folder), plots=not args.no_plots
-    )
+    files = write_comparison(comparison, folder, command=command, plots=not args.no_plots)
     console.print(files["table"].read_text(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {folder} in {comparison.seconds:.0f} s")
     return 0

@@ -3,16 +3,22 @@
 For every seed and method: :meth:`fit` on all training rows, then the workload's removal steps
 in order; at each checkpoint (and before the first removal) the method is measured:
 
-* utility: accuracy and weighted F1 (the paper's ACC and F1, Sec. 4.1) on the in-distribution
-  test split and on the label-swap OOD split (:mod:`simulator.metrics.utility`);
+* utility on every evaluation split of the workload (``test``, ``label_swap``, the shifted
+  splits): accuracy ``acc_<split>`` and weighted F1 ``f1_<split>`` (the paper's ACC and F1,
+  Sec. 4.1; :mod:`simulator.metrics.utility`) and the mean top-class probability
+  ``conf_<split>``; on a split without task labels (``remaining``: classes the model was not
+  trained on) what the model predicts: ``conf_<split>``, the share of its most predicted class
+  ``top_<split>`` and, for a binary task, the share predicted as the second class
+  ``pos_<split>`` (e.g. "8" for MNIST 3 vs 8);
 * cost: the removal seconds summed since :meth:`fit` (wall clock of :meth:`remove` only), the
   number of :meth:`remove` calls and of fallbacks to retraining;
 * privacy: ROC AUC of a loss-threshold membership attack (Yeom et al., CSF 2018): the score
   ``log p_y`` of every method's own class probabilities, members = samples removed so far,
   non-members = the in-distribution test split, equal numbers drawn by a seeded generator
   (:func:`simulator.metrics.roc.roc_auc`). The retrained model's value is the target;
-* closeness to retrain: the share of test and OOD predictions that differ from ``retrain``'s
-  at the same checkpoint and seed, and the accuracy gap (added by :func:`attach_retrain`).
+* closeness to retrain: the share of predictions (all labelled splits) that differ from
+  ``retrain``'s at the same checkpoint and seed, and the in-distribution test accuracy gap
+  ``acc_gap`` (added by :func:`attach_retrain`).
 """
 
 from __future__ import annotations
@@ -46,10 +52,7 @@ class Measurement:
     method: str
     seed: int
     removed: int
-    acc_test: float
-    f1_test: float
-    acc_ood: float
-    f1_ood: float
+    scores: dict[str, float]
     removal_seconds: float
     removal_calls: int
     retrains: int
@@ -58,6 +61,18 @@ class Measurement:
     disagreement: float = float("nan")
     acc_gap: float = float("nan")
     predictions: dict[str, IntArray] = field(default_factory=dict, repr=False, compare=False)
+
+    def value(self, key: str) -> float:
+        """A fixed metric (``removal_seconds``) or a split score (``acc_test``); NaN if absent."""
+        if key in self.scores:
+            return self.scores[key]
+        got = getattr(self, key, None)
+        return float(got) if isinstance(got, int | float) else float("nan")
+
+    @property
+    def acc_test(self) -> float:
+        """In-distribution test accuracy."""
+        return self.value("acc_test")
 
 
 @dataclass(frozen=True)
@@ -106,15 +121,19 @@ def measure(
     """Evaluate ``unlearner`` now (see the module docstring)."""
     scores: dict[str, float] = {}
     predictions: dict[str, IntArray] = {}
-    for split in ("test", "ood"):
-        data = workload.splits.get(split)
-        if data is None:
-            scores[f"acc_{split}"] = scores[f"f1_{split}"] = float("nan")
-            continue
-        pred = unlearner.predict(data.x)
-        predictions[split] = pred
-        scores[f"acc_{split}"] = accuracy(data.y, pred)
-        scores[f"f1_{split}"] = weighted_f1(data.y, pred)
+    for split, data in workload.splits.items():
+        proba = unlearner.predict_proba(data.x)
+        pred = np.asarray(np.argmax(proba, axis=1), dtype=np.int64)
+        scores[f"conf_{split}"] = float(proba.max(axis=1).mean()) if pred.size else float("nan")
+        if data.labelled:
+            predictions[split] = pred
+            scores[f"acc_{split}"] = accuracy(data.y, pred)
+            scores[f"f1_{split}"] = weighted_f1(data.y, pred)
+        else:
+            shares = np.bincount(pred, minlength=proba.shape[1]) / max(pred.size, 1)
+            scores[f"top_{split}"] = float(shares.max())
+            if proba.shape[1] == 2:
+                scores[f"pos_{split}"] = float(shares[1])
     rng = child_rng(workload.seed, "mia", unlearner.name, removed)
     return Measurement(
         method=unlearner.name,
@@ -126,7 +145,7 @@ def measure(
         mia_auc=membership_auc(unlearner, forget, workload, rng),
         fit_seconds=fit_seconds,
         predictions=predictions,
-        **scores,
+        scores=scores,
     )
 
 
@@ -187,7 +206,7 @@ def attach_retrain(measurements: Sequence[Measurement]) -> list[Measurement]:
             if s in ref.predictions
         ]
         share = float(np.concatenate(differ).mean()) if differ else float("nan")
-        out.append(replace(m, disagreement=share, acc_gap=m.acc_ood - ref.acc_ood))
+        out.append(replace(m, disagreement=share, acc_gap=m.acc_test - ref.acc_test))
     return out
 
 
@@ -202,6 +221,7 @@ class Comparison:
     fits: tuple[FitRecord, ...]
     notes: tuple[str, ...]
     seconds: float
+    split_notes: tuple[str, ...] = ()
 
 
 def run_comparison(
@@ -211,11 +231,13 @@ def run_comparison(
     seeds: Sequence[int] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Progress | None = None,
+    on_seed: Callable[[Comparison], None] | None = None,
 ) -> Comparison:
     """Run ``methods`` on every workload (one per seed); see the module docstring.
 
     ``workloads`` is a list, or a function of the seed that builds one (with ``seeds``), so a
-    long comparison holds one seed's data at a time.
+    long comparison holds one seed's data at a time. ``on_seed`` receives the comparison of
+    the seeds finished so far after each seed (to write partial results of a long run).
     """
     started = time.perf_counter()
     if callable(workloads):
@@ -235,9 +257,11 @@ def run_comparison(
     fits: list[FitRecord] = []
     notes: list[str] = []
     scenario = ""
+    split_notes: tuple[str, ...] = ()
     for seed in seed_list:
         workload = make(seed)
         scenario = workload.scenario.name
+        split_notes = workload.split_notes
         notes.extend(n for n in workload.notes if n not in notes)
         for name in methods:
             got, fit = run_method(
@@ -246,6 +270,20 @@ def run_comparison(
             measurements.extend(got)
             fits.append(fit)
             notes.extend(f"{name}: {n}" for n in fit.notes if f"{name}: {n}" not in notes)
+        if on_seed is not None:
+            done = seed_list[: seed_list.index(seed) + 1]
+            on_seed(
+                Comparison(
+                    scenario,
+                    tuple(methods),
+                    tuple(done),
+                    tuple(attach_retrain(measurements)),
+                    tuple(fits),
+                    tuple(notes),
+                    time.perf_counter() - started,
+                    split_notes,
+                )
+            )
     return Comparison(
         scenario,
         tuple(methods),
@@ -254,4 +292,5 @@ def run_comparison(
         tuple(fits),
         tuple(notes),
         time.perf_counter() - started,
+        split_notes,
     )

@@ -14,10 +14,10 @@ FIGURES: tuple[tuple[str, tuple[tuple[str, str, float, bool], ...]], ...] = (
     (
         "utility.png",
         (
-            ("acc_ood", "OOD accuracy (%)", 100.0, False),
-            ("f1_ood", "OOD weighted F1", 1.0, False),
             ("acc_test", "test accuracy (%)", 100.0, False),
-            ("f1_test", "test weighted F1", 1.0, False),
+            ("acc_label_swap", "label_swap accuracy (%)", 100.0, False),
+            ("acc_noise", "noise-shift accuracy (%)", 100.0, False),
+            ("acc_rotation", "rotation-shift accuracy (%)", 100.0, False),
         ),
     ),
     (
@@ -26,7 +26,7 @@ FIGURES: tuple[tuple[str, tuple[tuple[str, str, float, bool], ...]], ...] = (
             ("removal_seconds", "removal time so far (s)", 1.0, True),
             ("mia_auc", "membership AUC (removed vs test)", 1.0, False),
             ("disagreement", "prediction disagreement with retrain", 1.0, False),
-            ("acc_gap", "OOD accuracy gap to retrain (points)", 100.0, False),
+            ("acc_gap", "test accuracy gap to retrain (points)", 100.0, False),
         ),
     ),
 )
@@ -49,7 +49,7 @@ def plot_comparison(
                 pts = [
                     (s.removed, s.stats[key].mean * scale, s.stats[key].std * scale)
                     for s in summaries
-                    if s.method == method and math.isfinite(s.stats[key].mean)
+                    if s.method == method and key in s.stats and math.isfinite(s.stats[key].mean)
                 ]
                 if log:
                     pts = [p for p in pts if p[1] > 0]

@@ -11,6 +11,7 @@ from typing import Any
 from simulator.compare.harness import Comparison
 from simulator.compare.plots import plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
+from simulator.compare.verdict import verdict_csv, verdicts
 
 
 def _finite(value: Any) -> Any:
@@ -39,7 +40,10 @@ def write_comparison(
         "fits": folder / "fits.json",
         "command": folder / "command.txt",
     }
-    files["table"].write_text(markdown(comparison, summaries))
+    rows = verdicts(comparison.measurements, comparison.methods)
+    files["verdict"] = folder / "verdict.csv"
+    files["verdict"].write_text(verdict_csv(rows))
+    files["table"].write_text(markdown(comparison, summaries, rows, comparison.split_notes))
     files["summary"].write_text(summary_csv(summaries))
     files["runs"].write_text(runs_csv(comparison.measurements))
     fits = [
@@ -65,4 +69,90 @@ def write_comparison(
             folder, summaries, comparison.methods, f"{comparison.scenario}: mean ± std over seeds"
         ):
             files[path.stem] = path
+    return files
+
+
+def load_comparison(folder: Path) -> Comparison:
+    """Read back a folder written by :func:`write_comparison` (``runs.csv``, ``fits.json`` and
+    the split list of ``table.md``); predictions are not stored, so none are restored."""
+    import csv
+
+    from simulator.compare.harness import FitRecord, Measurement
+
+    meta = json.loads((folder / "fits.json").read_text())
+    fixed = {
+        "removal_seconds",
+        "removal_calls",
+        "retrains",
+        "mia_auc",
+        "fit_seconds",
+        "disagreement",
+        "acc_gap",
+    }
+    measurements = []
+    with (folder / "runs.csv").open() as handle:
+        for row in csv.DictReader(handle):
+
+            def num(text: str) -> float:
+                return float(text) if text else float("nan")
+
+            scores = {
+                k: num(v)
+                for k, v in row.items()
+                if k not in fixed and k not in ("method", "seed", "removed")
+            }
+            measurements.append(
+                Measurement(
+                    method=row["method"],
+                    seed=int(row["seed"]),
+                    removed=int(row["removed"]),
+                    scores=scores,
+                    removal_seconds=num(row["removal_seconds"]),
+                    removal_calls=int(num(row["removal_calls"])),
+                    retrains=int(num(row["retrains"])),
+                    mia_auc=num(row["mia_auc"]),
+                    fit_seconds=num(row["fit_seconds"]),
+                    disagreement=num(row["disagreement"]),
+                    acc_gap=num(row["acc_gap"]),
+                )
+            )
+    fits = tuple(
+        FitRecord(
+            f["method"],
+            int(f["seed"]),
+            float(f["seconds"]),
+            {k: (float("nan") if v is None else float(v)) for k, v in f["info"].items()},
+            (),
+        )
+        for f in meta["fits"]
+    )
+    table = (folder / "table.md").read_text().splitlines()
+    split_notes = tuple(line[2:] for line in table if line.startswith("* `"))
+    return Comparison(
+        meta["scenario"],
+        tuple(meta["methods"]),
+        tuple(int(s) for s in meta["seeds"]),
+        tuple(measurements),
+        fits,
+        tuple(meta["notes"]),
+        float(meta["wall_seconds"]),
+        split_notes,
+    )
+
+
+def retable(folder: Path) -> dict[str, Path]:
+    """Rewrite ``table.md``, ``summary.csv`` and ``verdict.csv`` of ``folder`` from its
+    ``runs.csv`` with the current statistics (``runs.csv``, ``fits.json``, ``command.txt`` and
+    the plots are left as they are)."""
+    comparison = load_comparison(folder)
+    summaries = summarize(comparison.measurements, comparison.methods)
+    rows = verdicts(comparison.measurements, comparison.methods)
+    files = {
+        "table": folder / "table.md",
+        "summary": folder / "summary.csv",
+        "verdict": folder / "verdict.csv",
+    }
+    files["verdict"].write_text(verdict_csv(rows))
+    files["summary"].write_text(summary_csv(summaries))
+    files["table"].write_text(markdown(comparison, summaries, rows, comparison.split_notes))
     return files

@@ -16,13 +16,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from simulator.compare.harness import Comparison, Measurement
+from simulator.compare.verdict import Paired, verdict_markdown
 
-#: Measurement fields aggregated over seeds, in CSV column order.
+#: Measurement fields aggregated over seeds, in CSV column order (after the split scores,
+#: ``acc_<split>``, ``f1_<split>``, ``conf_<split>``, ... in the workload's split order).
 METRICS: tuple[str, ...] = (
-    "acc_test",
-    "f1_test",
-    "acc_ood",
-    "f1_ood",
     "removal_seconds",
     "removal_calls",
     "retrains",
@@ -67,8 +65,33 @@ class Summary:
     stats: dict[str, Stat]
 
 
+def score_keys(measurements: Iterable[Measurement]) -> list[str]:
+    """Split score names in first-seen order (``acc_test``, ``f1_test``, ``conf_test``, ...)."""
+    keys: list[str] = []
+    for m in measurements:
+        keys.extend(k for k in m.scores if k not in keys)
+    return keys
+
+
+def splits_of(keys: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(labelled splits, unlabelled splits) named by the score keys, in order."""
+    labelled: list[str] = []
+    other: list[str] = []
+    keys = [k for k in keys if k not in METRICS]
+    for k in keys:
+        kind, split = k.split("_", 1)
+        if kind == "acc" and split not in labelled:
+            labelled.append(split)
+    for k in keys:
+        kind, split = k.split("_", 1)
+        if split not in labelled and split not in other:
+            other.append(split)
+    return labelled, other
+
+
 def summarize(measurements: Sequence[Measurement], methods: Sequence[str]) -> list[Summary]:
     """Aggregate per (method, removal count), methods in the given order."""
+    keys = [*score_keys(measurements), *METRICS]
     groups: dict[tuple[str, int], list[Measurement]] = {}
     for m in measurements:
         groups.setdefault((m.method, m.removed), []).append(m)
@@ -76,21 +99,22 @@ def summarize(measurements: Sequence[Measurement], methods: Sequence[str]) -> li
     for method in methods:
         for removed in sorted(r for (name, r) in groups if name == method):
             rows = groups[(method, removed)]
-            stats = {k: Stat.of(float(getattr(m, k)) for m in rows) for k in METRICS}
+            stats = {k: Stat.of(m.value(k) for m in rows) for k in keys}
             out.append(Summary(method, removed, len(rows), stats))
     return out
 
 
 def summary_csv(summaries: Sequence[Summary]) -> str:
     """CSV text: method, removed, seeds, then ``<metric>_mean`` and ``<metric>_std``."""
+    keys = list(summaries[0].stats) if summaries else list(METRICS)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(
-        ["method", "removed", "seeds"] + [f"{k}_{s}" for k in METRICS for s in ("mean", "std")]
+        ["method", "removed", "seeds"] + [f"{k}_{s}" for k in keys for s in ("mean", "std")]
     )
     for row in summaries:
         values: list[object] = [row.method, row.removed, row.seeds]
-        for k in METRICS:
+        for k in keys:
             values += [_num(row.stats[k].mean), _num(row.stats[k].std)]
         writer.writerow(values)
     return buf.getvalue()
@@ -98,12 +122,13 @@ def summary_csv(summaries: Sequence[Summary]) -> str:
 
 def runs_csv(measurements: Sequence[Measurement]) -> str:
     """CSV text with one row per method, seed and checkpoint (no aggregation)."""
-    names = [f.name for f in fields(Measurement) if f.name != "predictions"]
+    fixed = [f.name for f in fields(Measurement) if f.name not in ("predictions", "scores")]
+    names = [*fixed[:3], *score_keys(measurements), *fixed[3:]]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(names)
     for m in measurements:
-        writer.writerow([_num(getattr(m, k)) if k not in ("method",) else m.method for k in names])
+        writer.writerow([m.method, m.seed, m.removed] + [_num(m.value(k)) for k in names[3:]])
     return buf.getvalue()
 
 
@@ -154,10 +179,15 @@ def ratio_to(summaries: Sequence[Summary], methods: Sequence[str], base: str) ->
     return lines
 
 
-def markdown(comparison: Comparison, summaries: Sequence[Summary]) -> str:
-    """All tables of one comparison (see the module docstring)."""
+def markdown(
+    comparison: Comparison,
+    summaries: Sequence[Summary],
+    verdict_rows: Sequence[Paired] = (),
+    split_notes: Sequence[str] = (),
+) -> str:
+    """All tables of one comparison (see the module docstring), the verdict table first."""
     methods = list(comparison.methods)
-    has_ood = any(math.isfinite(s.stats["acc_ood"].mean) for s in summaries)
+    labelled, other = splits_of(summaries[0].stats if summaries else [])
     seeds = ", ".join(str(s) for s in comparison.seeds)
     out = [
         f"# Comparison: {comparison.scenario}",
@@ -166,13 +196,43 @@ def markdown(comparison: Comparison, summaries: Sequence[Summary]) -> str:
         "`removed` = samples removed so far (0 = the trained model before any removal).",
         "",
     ]
-    if has_ood:
-        out += ["## OOD split: ACC (%) / F1 (paper Table 1; closer to retrain is better)", ""]
-        out += _wide(summaries, methods, [("ACC", "acc_ood", 1, 100.0), ("F1", "f1_ood", 3, 1.0)])
+    if split_notes:
+        out += ["Evaluation splits:", ""] + [f"* {n}" for n in split_notes] + [""]
+    if verdict_rows:
+        last = max(r.removed for r in verdict_rows)
+        out += [
+            f"## Verdict: DecoRemoval - CR, paired over seeds, at {last} removed "
+            "(accuracy in points; every checkpoint in `verdict.csv`)",
+            "",
+        ]
+        out += verdict_markdown(
+            [r for r in verdict_rows if r.metric.startswith("acc_")], removed=last
+        )
         out.append("")
-    out += ["## In-distribution test split: ACC (%) / F1 (paper Table 3)", ""]
-    out += _wide(summaries, methods, [("ACC", "acc_test", 1, 100.0), ("F1", "f1_test", 3, 1.0)])
-    out += ["", "## Removal time (s, summed over removal calls so far; paper Table 2)", ""]
+    for split in labelled:
+        title = {
+            "test": "In-distribution test split (paper Table 3)",
+            "label_swap": "label_swap split: 10% of class A's test rows labelled B "
+            "(the paper's 'OOD' construction, Table 1; label noise, not a shift)",
+        }.get(split, f"{split} split (shifted; see the split list above)")
+        out += [f"## {title}: ACC (%) / F1", ""]
+        out += _wide(
+            summaries, methods, [("ACC", f"acc_{split}", 1, 100.0), ("F1", f"f1_{split}", 3, 1.0)]
+        )
+        out.append("")
+    for split in other:
+        cells = [("conf", f"conf_{split}", 3, 1.0), ("top", f"top_{split}", 3, 1.0)]
+        if summaries and f"pos_{split}" in summaries[0].stats:
+            cells.append(("pos", f"pos_{split}", 3, 1.0))
+        out += [
+            f"## {split} split (classes the model was not trained on): mean top-class "
+            "probability (conf), share of the most predicted class (top)"
+            + (", share predicted as the second class (pos)" if len(cells) == 3 else ""),
+            "",
+        ]
+        out += _wide(summaries, methods, cells)
+        out.append("")
+    out += ["## Removal time (s, summed over removal calls so far; paper Table 2)", ""]
     out += _wide(summaries, methods, [("", "removal_seconds", 3, 1.0)])
     if "cr" in methods:
         out += ["", "Ratio to `cr` (mean time / mean `cr` time):", ""]
@@ -189,8 +249,8 @@ def markdown(comparison: Comparison, summaries: Sequence[Summary]) -> str:
     if "retrain" in methods:
         out += [
             "",
-            "## Distance to retrain: share of test+OOD predictions that differ from retrain's "
-            "/ OOD ACC gap (points)",
+            "## Distance to retrain: share of predictions (labelled splits) that differ from "
+            "retrain's / test ACC gap (points)",
             "",
         ]
         others = [m for m in methods if m != "retrain"]

@@ -6,8 +6,12 @@ the same rows, the same test and OOD splits and the same deletion stream:
 * data: :func:`simulator.runner.federation.load_dataset`; client shards:
   :func:`simulator.runner.federation.split_clients` (they become ``TrainingSet.groups``, SISA's
   shards);
-* evaluation: the in-distribution test split and the paper's label-swap OOD split
-  (:func:`simulator.runner.evaluation.build_eval_sets`, DecoRemoval Sec. 4.2);
+* evaluation: the in-distribution ``test`` split, the paper's ``label_swap`` split (10% of
+  class A's test rows presented as class B: label noise, *not* a distribution shift; it was
+  called "OOD" before) (:func:`simulator.runner.evaluation.build_eval_sets`, DecoRemoval
+  Sec. 4.2), and the scenario's named shifted splits ``evaluation.shift_splits``
+  (:func:`simulator.runner.evaluation.shift_splits`: covariate shifts of the test set, the
+  natural ``digits`` shift, the ``remaining`` classes);
 * removals: :func:`simulator.stream.generate_stream` grouped by
   :func:`simulator.stream.batches` and validated as ``unlearnsim run`` validates them
   (:func:`simulator.runner.requests.expand`).
@@ -30,7 +34,7 @@ from numpy.typing import NDArray
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
 from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
-from simulator.runner.evaluation import build_eval_sets, original_labels
+from simulator.runner.evaluation import build_eval_sets, original_labels, shift_splits
 from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.requests import RowHoldings, expand
 from simulator.scenario import Scenario
@@ -43,10 +47,15 @@ IntArray = NDArray[np.int64]
 
 @dataclass(frozen=True, eq=False)
 class EvalSplit:
-    """Inputs and labels of one evaluation split."""
+    """Inputs and labels of one evaluation split.
+
+    ``labelled`` is False for a split whose labels lie outside the task (the ``remaining``
+    classes): there the harness measures what the model predicts, not its accuracy.
+    """
 
     x: NDArray[Any]
     y: IntArray
+    labelled: bool = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +75,7 @@ class Workload:
     evaluate_after: dict[int, int]
     settings: ModelSettings
     notes: tuple[str, ...]
+    split_notes: tuple[str, ...] = ()
 
     @property
     def checkpoints(self) -> tuple[int, ...]:
@@ -171,7 +181,14 @@ def build_workload(
     eval_sets = build_eval_sets(
         sc, ds, lambda x: np.asarray(x, dtype=np.float64), child_rng(seed, "ood")
     )
-    splits = {name: EvalSplit(s.x, s.y) for name, s in eval_sets.base.items()}
+    splits = {"test": EvalSplit(ds.x_test, ds.y_test)}
+    if "ood" in eval_sets.base:
+        # the scenario's label swap, or a source's own shifted test set (synthetic)
+        name = "label_swap" if sc.ood is not None else "source_ood"
+        splits[name] = EvalSplit(eval_sets.base["ood"].x, eval_sets.base["ood"].y)
+    for name, extra in shift_splits(sc, ds, eval_sets.base["test"]).items():
+        kind = next(s.kind for s in sc.evaluation.shift_splits if s.name == name)
+        splits[name] = EvalSplit(extra.x, extra.y, labelled=kind != "remaining")
     labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
     requests = generate_stream(
         sc.stream,
@@ -197,4 +214,37 @@ def build_workload(
         evaluate_after,
         settings_from_scenario(sc),
         tuple(notes),
+        tuple(describe_splits(sc, splits)),
     )
+
+
+def describe_splits(scenario: Scenario, splits: dict[str, EvalSplit]) -> list[str]:
+    """One line per evaluation split: its name, rows and what it is."""
+    out = []
+    for name, split in splits.items():
+        rows = f"{split.y.size} rows"
+        if name == "test":
+            what = "in-distribution test split"
+        elif name == "label_swap":
+            assert scenario.ood is not None
+            what = (
+                f"the test split with {scenario.ood.fraction:.0%} of class "
+                f"{scenario.ood.source_class}'s rows labelled {scenario.ood.target_class} (the "
+                "paper's OOD construction: label noise on unshifted inputs, not a shift)"
+            )
+        elif name == "source_ood":
+            what = "the source's own shifted test set"
+        else:
+            spec = next(s for s in scenario.evaluation.shift_splits if s.name == name)
+            what = {
+                "gaussian_noise": f"test inputs + N(0, ({spec.severity} x std of the inputs)^2) "
+                "noise (clipped to [0, 1] for images): covariate shift",
+                "rotation": f"test images rotated by U(-{90 * (spec.severity or 0):g}, "
+                f"{90 * (spec.severity or 0):g}) degrees: covariate shift",
+                "digits": "scikit-learn's 8x8 digits of the same classes (other writers and "
+                "scanner) upscaled into MNIST's 20x20 box in a 28x28 frame: natural shift",
+                "remaining": "rows of the classes outside data.classes (the paper's 'remaining "
+                "digits'): no accuracy; what the model predicts on them",
+            }[spec.kind]
+        out.append(f"`{name}` ({rows}): {what}")
+    return out

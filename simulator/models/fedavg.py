@@ -149,12 +149,18 @@ def local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generator and d
     weight_decay: float = 0.0,
     generator: torch.Generator,
     device: torch.device,
+    reweigh: Callable[[int], NDArray[np.float64] | None] | None = None,
 ) -> LocalUpdate:
     """Train ``model`` in place on one client's shard; return a copy of its new weights.
 
     Mini-batch order (``torch.randperm``) and dropout masks both come from
     ``generator`` (a CPU generator); torch's global RNG is left unchanged. The model
     is moved to ``device``.
+
+    ``reweigh(epoch)``, when given, is called before every epoch and returns one weight per
+    row (or None for uniform); the epoch then minimises the weighted cross-entropy
+    ``(1/|B|) sum_{i in B} w_i CE_i`` of every mini-batch ``B`` (StableNet's re-weighted
+    training loss, Zhang et al., CVPR 2021, eq. 9). Without it the loss is the plain mean.
 
     Raises
     ------
@@ -178,13 +184,26 @@ def local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generator and d
     model.train()
     loss_sum = torch.zeros((), device=device)
     with seeded_rng(generator, device):
-        for _ in range(epochs):
+        for epoch in range(epochs):
+            weights = None if reweigh is None else reweigh(epoch)
+            w = None
+            if weights is not None:
+                if weights.shape != (n,) or not np.isfinite(weights).all():
+                    raise InputError(f"reweigh must give {n} finite weights, got {weights.shape}")
+                w = torch.tensor(np.asarray(weights, dtype=np.float32), device=device)
+                model.train()
             order = torch.randperm(n, generator=generator).to(device)
             loss_sum = torch.zeros((), device=device)
             for start in range(0, n, batch_size):
                 idx = order[start : start + batch_size]
                 optimizer.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(model(inputs[idx]), targets[idx])
+                if w is None:
+                    loss = nn.functional.cross_entropy(model(inputs[idx]), targets[idx])
+                else:
+                    each = nn.functional.cross_entropy(
+                        model(inputs[idx]), targets[idx], reduction="none"
+                    )
+                    loss = (w[idx] * each).mean()
                 loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
                 loss_sum += loss.detach() * len(idx)

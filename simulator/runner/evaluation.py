@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.data.shift import apply_shift, class_prior_shift, label_swap_test
+from simulator.errors import ConfigError
 from simulator.scenario import Scenario
 from simulator.seeds import child_seed
 
@@ -126,3 +127,59 @@ def original_labels(names: list[str] | tuple[str, ...]) -> list[int]:
         except ValueError:
             out.append(i)
     return out
+
+
+def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[str, EvalSet]:
+    """The scenario's named shifted splits (``evaluation.shift_splits``), fixed per seed.
+
+    Covariate shifts are :func:`simulator.data.shift.apply_shift` on the whole test split (the
+    same function the scenario's timed ``shifts`` use); ``digits`` is
+    :func:`simulator.data.natural.digits_as_mnist` restricted to the scenario's classes and
+    relabelled to class indices; ``remaining`` holds the rows of the labels outside
+    ``data.classes`` with their *original* labels (no accuracy is defined on them). Each split
+    draws from its own generator (``child_seed(seed, "shift_split")``, split index), and is
+    capped at ``max_rows`` rows by a seeded sample.
+    """
+    from simulator.data.natural import digits_as_mnist
+
+    out: dict[str, EvalSet] = {}
+    originals = original_labels(list(dataset.class_names))
+    for i, spec in enumerate(scenario.evaluation.shift_splits):
+        rng = np.random.default_rng([child_seed(scenario.seed, "shift_split"), i])
+        where = f"evaluation.shift_splits.{i}.kind"
+        x: NDArray[Any]
+        if spec.kind in ("gaussian_noise", "rotation"):
+            assert spec.severity is not None
+            if spec.kind == "rotation" and dataset.modality != "image":
+                raise ConfigError(f"rotation needs images, {dataset.name!r} is not", where)
+            rows = _cap(test.y.size, spec.max_rows, rng)
+            shifted = apply_shift(
+                test.x[rows],
+                test.y[rows],
+                kind=spec.kind,
+                severity=spec.severity,
+                dataset=dataset,
+                rng=rng,
+            )
+            x, y = shifted.x, shifted.y
+        elif spec.kind == "digits":
+            if dataset.image_shape != (1, 28, 28):
+                raise ConfigError("digits needs a 28x28 digit source (mnist)", where)
+            x, digit = digits_as_mnist([int(c) for c in originals])
+            y = np.asarray([originals.index(int(d)) for d in digit], dtype=np.int64)
+            rows = _cap(y.size, spec.max_rows, rng)
+            x, y = x[rows], y[rows]
+        else:
+            if dataset.ood_x is None or dataset.ood_y is None or scenario.data.classes is None:
+                raise ConfigError("remaining needs data.classes (the other labels)", where)
+            rows = _cap(dataset.ood_y.size, spec.max_rows, rng)
+            x, y = dataset.ood_x[rows], np.asarray(dataset.ood_y[rows], dtype=np.int64)
+        out[spec.name] = EvalSet(x, y)
+    return out
+
+
+def _cap(n: int, most: int, rng: np.random.Generator) -> IntArray:
+    """All row indices, or a sorted seeded sample of ``most`` of them."""
+    if n <= most:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(rng.choice(n, size=most, replace=False)).astype(np.int64)

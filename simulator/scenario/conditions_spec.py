@@ -84,6 +84,44 @@ class OODSpec(Section):
         return self
 
 
+class ShiftSplitSpec(Section):
+    """A named, fixed evaluation split derived from the test set (used by ``compare``).
+
+    ``gaussian_noise`` and ``rotation`` apply :func:`simulator.data.shift.apply_shift` to the
+    whole test split at ``severity``; ``digits`` is a natural shift for MNIST-like 28x28 digit
+    sources: scikit-learn's 8x8 digits (other writers, other scanner) upscaled into MNIST's
+    20x20 box; ``remaining`` holds the rows of the labels outside ``data.classes`` (the paper's
+    "remaining digits"; no accuracy, only what the model predicts on them).
+    """
+
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$", description="Split name in the tables (e.g. noise_1)."
+    )
+    kind: Literal["gaussian_noise", "rotation", "digits", "remaining"] = Field(
+        description="gaussian_noise / rotation: covariate shift of the test inputs; digits: "
+        "scikit-learn digits as MNIST-sized images (natural shift); remaining: rows of the "
+        "classes left out by data.classes."
+    )
+    severity: float | None = Field(
+        default=None,
+        ge=0,
+        description="gaussian_noise: noise std in units of the inputs' std; rotation: angles "
+        "U(-90 s, 90 s) degrees.",
+    )
+    max_rows: int = Field(default=2000, ge=1, description="Cap on rows (seeded sample).")
+
+    @model_validator(mode="after")
+    def _severity(self) -> ShiftSplitSpec:
+        checks = Checks()
+        needs = self.kind in ("gaussian_noise", "rotation")
+        if needs and self.severity is None:
+            checks.add(("severity",), f"kind '{self.kind}' needs severity, got nothing")
+        if not needs and self.severity is not None:
+            checks.add(("severity",), f"not used by kind '{self.kind}'", got=self.severity)
+        checks.raise_if_any()
+        return self
+
+
 class EvaluationSpec(Section):
     """When metrics are computed."""
 
@@ -120,6 +158,11 @@ class EvaluationSpec(Section):
         default=["adwin", "page_hinkley"],
         description="Online change detectors over per-batch metrics ([] for none).",
     )
+    shift_splits: list[ShiftSplitSpec] = Field(
+        default=[],
+        description="Named shifted evaluation splits measured by `unlearnsim compare` "
+        "(covariate shifts of the test set, natural shifts, remaining classes).",
+    )
 
     @field_validator("checkpoints")
     @classmethod
@@ -129,6 +172,14 @@ class EvaluationSpec(Section):
         ):
             raise ValueError("should be positive and strictly increasing")
         return checkpoints
+
+    @field_validator("shift_splits")
+    @classmethod
+    def _unique_splits(cls, splits: list[ShiftSplitSpec]) -> list[ShiftSplitSpec]:
+        names = [s.name for s in splits]
+        if len(set(names)) != len(names) or {"test", "label_swap"} & set(names):
+            raise ValueError("names should be unique and not 'test' or 'label_swap'")
+        return splits
 
     @field_validator("attacks", "detectors")
     @classmethod

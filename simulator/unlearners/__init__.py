@@ -5,6 +5,7 @@
 ``cr``          certified removal of the linear head (Guo et al., ICML 2020)
 ``decoremoval`` RFF + decorrelation weights + certified removal (DecoRemoval)
 ``retrain_head`` frozen extractor + RFF, head retrained from scratch per removal
+``decoremoval_extractor`` the same, with decorrelation weights also in the extractor's training
 ``sisa``        shards x slices with checkpoints (Bourtoule et al., IEEE S&P 2021)
 ``dpsgd``       DP-SGD training with opacus, removal a no-op (Abadi et al., CCS 2016)
 ``ssd``         selective synaptic dampening (Foster et al., AAAI 2024)
@@ -28,7 +29,7 @@ from simulator.unlearners.base import (
 )
 from simulator.unlearners.cr import CertifiedRemoval
 from simulator.unlearners.cu import CertifiedUnlearning, CuOptions
-from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalOptions
+from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalExtractor, DecoRemovalOptions
 from simulator.unlearners.dpsgd import DpSgd, DpsgdOptions
 from simulator.unlearners.registry import (
     create_unlearner,
@@ -52,6 +53,7 @@ BUILTIN: tuple[type[BaseUnlearner[Any]], ...] = (
     Ssd,
     CertifiedUnlearning,
     DecoRemoval,
+    DecoRemovalExtractor,
     RetrainHead,
 )
 
@@ -62,6 +64,7 @@ __all__ = [
     "CertifiedUnlearning",
     "CuOptions",
     "DecoRemoval",
+    "DecoRemovalExtractor",
     "DecoRemovalOptions",
     "DpSgd",
     "DpsgdOptions",

@@ -13,27 +13,61 @@ The objective is the settings' ``decorrelation.objective`` (``paper``, ``stablen
 ``objective`` overrides (``--option decoremoval.objective=class_conditional``).
 ``FitReport.info`` reports the weights' spread, ``n_eff / n`` and every class's share of the
 weight mass (``class_mass_<k>``).
+
+Two modes (option ``mode``; ``decoremoval_extractor`` is ``decoremoval`` with
+``mode=extractor``):
+
+* ``head`` (default): the extractor is trained with the plain mean loss, decorrelation weights
+  re-weight only the certified head's loss (our reduction of the paper's method).
+* ``extractor``: decorrelation is also where the paper puts it, in representation learning
+  ("iterative representation updating", Sec. 3.2 and Algorithm 1; StableNet, Zhang et al.,
+  CVPR 2021, eq. 9): before every epoch after the first, weights are fitted cold on the
+  extractor's *current* representation ``h`` of the training rows and re-weight that epoch's
+  cross-entropy (:func:`simulator.models.local_train`'s ``reweigh``), so they are refitted as
+  the representation changes. The head is then trained as in ``head`` mode.
+
+What the certificate covers, in both modes: the linear head only. The extractor is trained
+once on all training rows, deleted ones included, and never unlearnt. In ``extractor`` mode
+those rows also shaped the extractor's *sample weights* (each epoch's weights are a function
+of every row's representation), so the deleted rows influence the extractor twice, through
+their loss terms and through everyone's weights; the (eps, delta) statement is still about
+the head given this extractor, as in ``head`` mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from simulator.features.decorrelation import DecorrelationConfig, Objective, fit_weights
+from simulator.models import ExtractorWithHead, extract_features
 from simulator.seeds import child_seed
-from simulator.unlearners.base import FloatArray, IntArray
-from simulator.unlearners.headbased import CertifiedHeadUnlearner, SampleWeights
+from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
+from simulator.unlearners.features import EpochWeights
+from simulator.unlearners.headbased import EXTRACTOR_NOTE, CertifiedHeadUnlearner, SampleWeights
+from simulator.unlearners.networks import device_of
+
+Mode = Literal["head", "extractor"]
+
+#: The note of ``extractor`` mode (see the module docstring).
+EXTRACTOR_MODE_NOTE = (
+    "extractor mode: the extractor's training loss was re-weighted by decorrelation weights "
+    "fitted on all training rows' representations, deleted ones included; the certificate "
+    "covers the linear head only"
+)
 
 
 @dataclass(frozen=True)
 class DecoRemovalOptions:
-    """``objective``: overrides ``settings.decorrelation.objective`` (None: keep it)."""
+    """``objective``: overrides ``settings.decorrelation.objective`` (None: keep it);
+    ``mode``: ``head`` (weights in the head only) or ``extractor`` (also in the extractor's
+    training, refitted every epoch)."""
 
     objective: Objective | None = None
+    mode: Mode = "head"
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,10 +95,37 @@ class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalOptions]):
     guarantee: ClassVar[str] = "(eps, delta)-certified head; extractor not certified"
     options_type: ClassVar[type[DecoRemovalOptions]] = DecoRemovalOptions
 
-    def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
+    def _config(self) -> DecorrelationConfig:
         config = self.settings.decorrelation
         if self.options.objective is not None:
             config = dataclasses.replace(config, objective=self.options.objective)
+        return config
+
+    def _extractor_notes(self) -> tuple[str, ...]:
+        if self.options.mode == "extractor":
+            return (EXTRACTOR_NOTE, EXTRACTOR_MODE_NOTE)
+        return (EXTRACTOR_NOTE,)
+
+    def _extractor_weights(self, train: TrainingSet, seed: int) -> EpochWeights | None:
+        if self.options.mode != "extractor":
+            return None
+        config = self._config()
+        device = device_of(self.settings)
+        base = child_seed(seed, "decorrelation", "extractor")
+
+        def weights(model: ExtractorWithHead, epoch: int) -> FloatArray | None:
+            if epoch == 0:  # a random representation: nothing to decorrelate yet
+                return None
+            h = extract_features(model, train.x, device=device)
+            result = fit_weights(
+                h, config=config, rng=np.random.default_rng([base, epoch]), labels=train.y
+            )
+            return np.asarray(result.weights, dtype=np.float64)
+
+        return weights
+
+    def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
+        config = self._config()
         refit = ColdRefit(config, child_seed(seed, "decorrelation"))
         labels = self.train.y
         result = fit_weights(Z, config=config, rng=np.random.default_rng(refit.seed), labels=labels)
@@ -82,3 +143,15 @@ class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalOptions]):
             **{f"class_mass_{c}": v for c, v in spread.class_mass.items()},
         }
         return SampleWeights(np.asarray(result.weights, dtype=np.float64), refit, info)
+
+
+class DecoRemovalExtractor(DecoRemoval):
+    """DecoRemoval with decorrelation in the extractor's training too (``mode=extractor``)."""
+
+    name: ClassVar[str] = "decoremoval_extractor"
+
+    def __init__(
+        self, settings: ModelSettings | None = None, options: DecoRemovalOptions | None = None
+    ) -> None:
+        given = options if options is not None else DecoRemovalOptions()
+        super().__init__(settings, dataclasses.replace(given, mode="extractor"))

@@ -9,6 +9,9 @@ certificate covers the head only, and the results say so.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,16 +40,54 @@ class Featurizer:
         return clip_to_unit_ball(self.rff.transform(h))
 
 
+#: The last plainly trained featurizer of each live training set, by (seed, settings, rows):
+#: ``cr`` and ``decoremoval`` train the very same extractor and RFF map (same rows, settings
+#: and seed), so the second one reuses the first's instead of training it again. The
+#: featurizer is frozen after training and never modified, so sharing it changes no result;
+#: only the second method's ``fit_seconds`` no longer include the extractor's training.
+_FEATURIZERS: weakref.WeakKeyDictionary[
+    TrainingSet, dict[tuple[int, ModelSettings, str], Featurizer]
+] = weakref.WeakKeyDictionary()
+
+#: Per-epoch weights of the extractor's training loss, given the network being trained.
+EpochWeights = Callable[[ExtractorWithHead, int], FloatArray | None]
+
+
 def train_featurizer(
-    train: TrainingSet, rows: IntArray, settings: ModelSettings, seed: int
+    train: TrainingSet,
+    rows: IntArray,
+    settings: ModelSettings,
+    seed: int,
+    *,
+    epoch_weights: EpochWeights | None = None,
 ) -> Featurizer:
     """Train the extractor on ``rows`` and draw the RFF map, both from ``seed``'s children.
 
     The median bandwidth heuristic (when ``settings.rff_bandwidth`` is None) is computed on the
-    extractor features of ``rows``.
+    extractor features of ``rows``. ``epoch_weights(model, epoch)`` re-weights each epoch's
+    training loss (DecoRemoval's extractor mode); None trains with the plain mean loss.
     """
+    key = (seed, settings, hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest())
+    if epoch_weights is None:
+        known = _FEATURIZERS.get(train, {}).get(key)
+        if known is not None:
+            return known
     model = build_network(settings, train, child_torch(seed, "extractor", "init"))
-    train_network(model, train, rows, settings, generator=child_torch(seed, "extractor", "train"))
+    reweigh = None
+    if epoch_weights is not None:
+        hook = epoch_weights
+
+        def reweigh(epoch: int) -> FloatArray | None:
+            return hook(model, epoch)
+
+    train_network(
+        model,
+        train,
+        rows,
+        settings,
+        generator=child_torch(seed, "extractor", "train"),
+        reweigh=reweigh,
+    )
     device = device_of(settings)
     rng = child_rng(seed, "rff")
     h = extract_features(model, train.x[rows], device=device)
@@ -55,7 +96,10 @@ def train_featurizer(
         bandwidth = median_bandwidth(h, rng=rng) if h.shape[0] >= 2 else 1.0
     rff = RandomFourierFeatures.draw(h.shape[1], settings.rff_dim, bandwidth=bandwidth, rng=rng)
     model.eval()
-    return Featurizer(model, rff, device)
+    featurizer = Featurizer(model, rff, device)
+    if epoch_weights is None:
+        _FEATURIZERS[train] = {key: featurizer}  # the latest one per training set
+    return featurizer
 
 
 def head_proba(Z: FloatArray, W: FloatArray) -> FloatArray:

@@ -29,7 +29,12 @@ from simulator.unlearners.base import (
     OptionsT,
     TrainingSet,
 )
-from simulator.unlearners.features import Featurizer, head_proba, train_featurizer
+from simulator.unlearners.features import (
+    EpochWeights,
+    Featurizer,
+    head_proba,
+    train_featurizer,
+)
 
 #: The note every result of a head-only certificate carries (``method.md`` section 1).
 EXTRACTOR_NOTE = (
@@ -62,8 +67,21 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
     def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
         """Weights for the rows of ``Z`` (all training rows) and their re-weighting."""
 
+    def _extractor_weights(self, train: TrainingSet, seed: int) -> EpochWeights | None:
+        """Per-epoch weights of the extractor's loss (None: plain training, both methods)."""
+        return None
+
+    def _extractor_notes(self) -> tuple[str, ...]:
+        return (EXTRACTOR_NOTE,)
+
     def _fit(self, train: TrainingSet, seed: int) -> tuple[HeadState, FitReport]:
-        featurizer = train_featurizer(train, np.arange(train.n), self.settings, seed)
+        featurizer = train_featurizer(
+            train,
+            np.arange(train.n),
+            self.settings,
+            seed,
+            epoch_weights=self._extractor_weights(train, seed),
+        )
         Z = featurizer(train.x)
         sw = self._sample_weights(Z, seed)
         data = LocalHeadData(Z, train.y, train.num_classes, weights=sw.weights, reweigh=sw.reweigh)
@@ -71,7 +89,7 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         info = dict(sw.info)
         info["budget"] = head.budget
         info["training_residual"] = head.cumulative_residual
-        return HeadState(featurizer, head), FitReport(0.0, info, (EXTRACTOR_NOTE,))
+        return HeadState(featurizer, head), FitReport(0.0, info, self._extractor_notes())
 
     def _remove(self, ids: IntArray) -> tuple[bool, dict[str, float]]:
         state: HeadState = self._state

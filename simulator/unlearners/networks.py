@@ -70,11 +70,13 @@ def train_network(
     *,
     generator: torch.Generator,
     epochs: int | None = None,
+    reweigh: Callable[[int], FloatArray | None] | None = None,
 ) -> float:
     """Train ``model`` in place on ``rows`` (Adam, cross-entropy); returns the last epoch's loss.
 
     A thin call of the project's :func:`~simulator.models.local_train` with the settings'
-    batch size and learning rate; ``epochs`` defaults to ``settings.epochs``.
+    batch size and learning rate; ``epochs`` defaults to ``settings.epochs``; ``reweigh``
+    (epoch -> one weight per row of ``rows``, or None) re-weights each epoch's loss.
     """
     if rows.size == 0:
         raise InputError("cannot train a network on zero rows")
@@ -87,6 +89,7 @@ def train_network(
         lr=settings.lr,
         generator=generator,
         device=device_of(settings),
+        reweigh=reweigh,
     )
     return update.loss
 
