@@ -42,6 +42,9 @@ class Method:
     removal : how the streaming run removes a batch from the head, or None (compare only).
     unlearner : ``"module:Class"`` or the class itself, for ``compare``; None: run only.
     decorrelates : whether its head's loss uses decorrelation weights.
+    federated : whether the federated streaming run implements it (``decoremoval_extractor``
+        removes from its head like ``decoremoval``, but only ``compare`` trains its extractor
+        with the weights).
     """
 
     name: str
@@ -49,11 +52,12 @@ class Method:
     removal: Removal | None
     unlearner: str | type[Any] | None
     decorrelates: bool = False
+    federated: bool = True
 
     @property
     def streams(self) -> bool:
         """Whether ``unlearnsim run`` can apply it to the federation's head."""
-        return self.removal is not None
+        return self.removal is not None and self.federated
 
     def remove(self, head: CertifiedHead, ids: Sequence[int]) -> RemovalReport:
         """Remove ``ids`` from ``head`` as this method does (module docstring).
@@ -120,9 +124,10 @@ _REGISTRY: dict[str, Method] = {
             "decoremoval_extractor",
             "DecoRemoval with the decorrelation weights also re-weighting the extractor's "
             "training loss (refitted every epoch); the certificate covers the head only",
-            None,
+            "certified",
             f"{_UNLEARNERS}.decoremoval:DecoRemovalExtractor",
             decorrelates=True,
+            federated=False,
         ),
         Method(
             "retrain_head",
