@@ -101,6 +101,18 @@ def test_other_methods_run(tmp_path: Path, method: str) -> None:
         )
 
 
+#: The Fashion-MNIST comparison scenarios, shrunk (800 rows, a short stream).
+SHORT_FASHION = [
+    "data.max_train=800",
+    "data.max_test=300",
+    "model.rounds=1",
+    "model.local_epochs=1",
+    "rff.dim=64",
+    "decorrelation.steps=10",
+    "stream.phases.0.ticks=2",
+    "stream.phases.0.rate=5",
+    "evaluation.checkpoints=[20]",
+]
 #: Per shipped scenario: overrides that keep every stage but shrink sizes and the stream.
 SHORT = {
     "mnist_3v8_ood.yaml": [
@@ -154,28 +166,8 @@ SHORT = {
         "stream.phases.0.ticks=2",
         "evaluation.checkpoints=[20]",
     ],
-    "compare_fashion_pair.yaml": [
-        "data.max_train=800",
-        "data.max_test=300",
-        "model.rounds=1",
-        "model.local_epochs=1",
-        "rff.dim=64",
-        "decorrelation.steps=10",
-        "stream.phases.0.ticks=2",
-        "stream.phases.0.rate=5",
-        "evaluation.checkpoints=[20]",
-    ],
-    "compare_fashion10.yaml": [
-        "data.max_train=800",
-        "data.max_test=300",
-        "model.rounds=1",
-        "model.local_epochs=1",
-        "rff.dim=64",
-        "decorrelation.steps=10",
-        "stream.phases.0.ticks=2",
-        "stream.phases.0.rate=5",
-        "evaluation.checkpoints=[20]",
-    ],
+    "compare_fashion_pair.yaml": SHORT_FASHION,
+    "compare_fashion10.yaml": SHORT_FASHION,
     "compare_survey.yaml": [
         "data.max_train=600",
         "data.max_test=200",

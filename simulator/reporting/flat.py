@@ -64,8 +64,11 @@ def write_batches_csv(path: Path, batches: Iterable[dict[str, Any]]) -> Path:
     return path
 
 
-def read_batches(folder: Path) -> list[dict[str, Scalar]]:
-    """A run folder's batches, flat: from ``events.jsonl`` (every run has it), numbers parsed."""
+def batch_events(folder: Path) -> list[dict[str, Any]]:
+    """The ``deletion_batch`` records of a run folder's ``events.jsonl`` (every run has it).
+
+    A line cut by a crash is skipped; the rest is intact.
+    """
     path = folder / "events.jsonl"
     if not path.exists():
         return []
@@ -76,5 +79,10 @@ def read_batches(folder: Path) -> list[dict[str, Scalar]]:
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and record.get("event") == "deletion_batch":
-            out.append(flatten(record))
+            out.append(record)
     return out
+
+
+def read_batches(folder: Path) -> list[dict[str, Scalar]]:
+    """A run folder's batches, flat (:func:`batch_events`, numbers parsed)."""
+    return [flatten(record) for record in batch_events(folder)]

@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from simulator.reporting.plot_marks import StreamMarks, batch_x, decorate, stream_marks
+from simulator.reporting.plot_marks import (
+    StreamMarks,
+    batch_x,
+    decorate,
+    save_figure,
+    stream_marks,
+)
 from simulator.reporting.verdict import Table
 
 
@@ -168,7 +174,7 @@ def plot_privacy_drift(
     ax.set_title(f"{title}: membership inference (stars: retrained head)", fontsize=10)
     ax.legend(fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
-    figures["mia.png"] = _save(fig, folder / "mia.png")
+    figures["mia.png"] = save_figure(fig, folder / "mia.png")
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for i, name in enumerate(evaluated[-1]["drift"]["feature"]):
@@ -204,14 +210,5 @@ def plot_privacy_drift(
     bottom.legend(fontsize=6)
     bottom.grid(alpha=0.3)
     top.set_title(f"{title}: drift", fontsize=10)
-    figures["drift.png"] = _save(fig, folder / "drift.png")
+    figures["drift.png"] = save_figure(fig, folder / "drift.png")
     return figures
-
-
-def _save(fig: Any, path: Path) -> Any:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,3 +117,13 @@ def decorate(ax: Any, marks: StreamMarks, *, secondary: bool = True, texts: bool
         top.set_xticks(at)  # evenly spaced in batches: a large withdrawal does not crowd them
         top.set_xlabel("samples removed", fontsize=8)
         top.tick_params(labelsize=7)
+
+
+def save_figure(fig: Any, path: Path) -> Any:
+    """Save and close ``fig``; returns it (its artists stay inspectable)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig

@@ -29,7 +29,7 @@ from simulator.reporting.metric_report import (
     privacy_drift_rows,
     series_style,
 )
-from simulator.reporting.plot_marks import batch_x, decorate, stream_marks
+from simulator.reporting.plot_marks import batch_x, decorate, save_figure, stream_marks
 from simulator.reporting.verdict import Table, Verdict, phase_table
 from simulator.stream import DeletionReceipt
 
@@ -314,7 +314,7 @@ def plot_run(
     ax.set_title(f"{title}: accuracy", fontsize=10)
     ax.legend(fontsize=7, loc="lower left")
     ax.grid(alpha=0.3)
-    figures["accuracy.png"] = _save(fig, folder / "accuracy.png")
+    figures["accuracy.png"] = save_figure(fig, folder / "accuracy.png")
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     pts = [(xs[id(b)], b["budget_used_ratio"]) for b in batches if "budget_used_ratio" in b]
@@ -327,7 +327,7 @@ def plot_run(
     ax.set_title(f"{title}: certificate budget, {accounting} accounting", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
-    figures["budget.png"] = _save(fig, folder / "budget.png")
+    figures["budget.png"] = save_figure(fig, folder / "budget.png")
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (key, label) in enumerate(
@@ -345,16 +345,6 @@ def plot_run(
     ax.set_title(f"{title}: residual per batch", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    figures["residuals.png"] = _save(fig, folder / "residuals.png")
+    figures["residuals.png"] = save_figure(fig, folder / "residuals.png")
     figures.update(plot_privacy_drift(folder, batches, title, marks))
     return figures
-
-
-def _save(fig: Any, path: Path) -> Any:
-    """Save and close ``fig``; returns it (its artists stay inspectable)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return fig

@@ -17,13 +17,12 @@ and the first line of ``summary.md`` say so.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.reporting.flat import BATCHES_CSV, write_batches_csv
+from simulator.reporting.flat import BATCHES_CSV, batch_events, write_batches_csv
 from simulator.reporting.run_report import (
     OUTPUT_FILES,
     RunWriter,
@@ -68,7 +67,7 @@ class RunRecorder:
         self.plots = plots
         if not resume:
             clear_outputs(self.folder)
-        self.batches: list[dict[str, Any]] = _earlier_batches(self.folder) if resume else []
+        self.batches: list[dict[str, Any]] = batch_events(self.folder) if resume else []
         self.writer = RunWriter(self.folder, append=resume)
         self.start_event: dict[str, Any] = {}
         self.verdict: Verdict | None = None
@@ -147,22 +146,6 @@ def clear_outputs(folder: Path) -> None:
     ``folder``; other files (a Flower server log written before the recorder) are kept."""
     for name in OUTPUT_FILES:
         (folder / name).unlink(missing_ok=True)
-
-
-def _earlier_batches(folder: Path) -> list[dict[str, Any]]:
-    """The deletion batches an earlier session logged in ``folder``."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a crash: the rest is intact
-            continue
-        if isinstance(record, dict) and record.get("event") == "deletion_batch":
-            out.append(record)
-    return out
 
 
 def start_event(fed: Federation) -> dict[str, Any]:
