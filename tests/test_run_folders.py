@@ -44,7 +44,9 @@ def test_each_run_gets_its_own_folder_and_latest(tmp_path: Path) -> None:
     assert len(folders) == 2
     link = parent / LATEST
     assert link.is_symlink() and not Path(os.readlink(link)).is_absolute()
-    assert link.resolve() == folders[-1].resolve()
+    # the newest by start time (two runs in one second share the timestamp part of the name)
+    newest = max(folders, key=lambda f: read_manifest(f)["started_at"])
+    assert link.resolve() == newest.resolve()
     for folder in folders:
         info = read_manifest(folder)
         assert info["status"] == "completed" and info["ended_at"] >= info["started_at"]
