@@ -13,12 +13,9 @@ from simulator.unlearners import ModelSettings, TrainingSet
 from simulator.unlearners.networks import build_network, mean_squared_gradients
 
 
-@pytest.mark.parametrize("hidden", [(), (7,), (9, 5)])
-def test_vmap_equals_the_loop(hidden: tuple[int, ...]) -> None:
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=(70, 6)).astype(np.float32)  # more than one gradient chunk (64)
-    y = rng.integers(0, 3, size=70).astype(np.int64)
-    settings = ModelSettings(
+def mlp_settings(hidden: tuple[int, ...]) -> ModelSettings:
+    """A small MLP classifier's settings (only the network matters here)."""
+    return ModelSettings(
         backbone=BackboneSpec("mlp", feature_dim=4, hidden=hidden),
         epochs=1,
         batch_size=16,
@@ -27,6 +24,14 @@ def test_vmap_equals_the_loop(hidden: tuple[int, ...]) -> None:
         head=HeadConfig(),
         device="cpu",
     )
+
+
+@pytest.mark.parametrize("hidden", [(), (7,), (9, 5)])
+def test_vmap_equals_the_loop(hidden: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(70, 6)).astype(np.float32)  # more than one gradient chunk (64)
+    y = rng.integers(0, 3, size=70).astype(np.int64)
+    settings = mlp_settings(hidden)
     model = build_network(settings, TrainingSet(x, y, 3), torch.Generator().manual_seed(0))
     device = torch.device("cpu")
     fast = mean_squared_gradients(model, x, y, device, per_sample="vmap")
@@ -42,15 +47,7 @@ def test_the_check_can_fail() -> None:
     rng = np.random.default_rng(4)
     x = rng.normal(size=(20, 6)).astype(np.float32)
     y = rng.integers(0, 2, size=20).astype(np.int64)
-    settings = ModelSettings(
-        backbone=BackboneSpec("mlp", feature_dim=4, hidden=(5,)),
-        epochs=1,
-        batch_size=8,
-        lr=1e-2,
-        rff_dim=8,
-        head=HeadConfig(),
-        device="cpu",
-    )
+    settings = mlp_settings((5,))
     model = build_network(settings, TrainingSet(x, y, 2), torch.Generator().manual_seed(0))
     device = torch.device("cpu")
     a = mean_squared_gradients(model, x, y, device, per_sample="vmap")
