@@ -279,11 +279,8 @@ def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)
     skipped = tuple(i for i, (x, _) in enumerate(client_data) if len(x) == 0)
     if len(skipped) == len(client_data):
         raise InputError("no client has any training rows")
-    started = time.perf_counter()
-    model.to(device)
-    global_arrays = state_to_arrays(model)
-    losses: list[float] = []
-    for r in range(rounds):
+
+    def local_round(r: int, global_arrays: StateArrays) -> list[LocalUpdate]:
         updates: list[LocalUpdate] = []
         for c, (x, y) in enumerate(client_data):
             if c in skipped:
@@ -302,10 +299,66 @@ def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)
                     device=device,
                 )
             )
+        return updates
+
+    losses, seconds = fedavg_rounds(model, rounds, local_round, device=device, progress=progress)
+    return FedAvgResult(state_to_arrays(model), losses, seconds, skipped)
+
+
+#: One FedAvg round seen from the server: ``(round, global weights) -> local updates`` of every
+#: client with rows, in client order (McMahan et al. 2017, Algorithm 1, ``ClientUpdate``).
+LocalRound = Callable[[int, StateArrays], Sequence[LocalUpdate]]
+
+
+def fedavg_rounds(
+    model: ExtractorWithHead,
+    rounds: int,
+    local_round: LocalRound,
+    *,
+    device: torch.device,
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[tuple[float, ...], float]:
+    """FedAvg from ``model``'s weights; ``model`` ends with the final global weights.
+
+    Each round the server sends the global weights to ``local_round`` and averages the
+    updates it returns, ``w <- sum_k (n_k / n) w_k`` (:func:`fedavg`).
+
+    Parameters
+    ----------
+    model : ExtractorWithHead
+        The initial global weights; on return, the final ones.
+    rounds : int
+        Number of rounds.
+    local_round : LocalRound
+        The clients' updates of one round.
+    device : torch.device
+        Where the model is moved.
+    progress : callable, optional
+        ``progress(r, loss)`` after round ``r`` (counted from 1) with that round's
+        example-weighted mean client loss.
+
+    Returns
+    -------
+    tuple
+        The example-weighted mean client loss of every round, and the seconds taken.
+
+    Raises
+    ------
+    InputError
+        A round in which no client has any training row.
+    """
+    started = time.perf_counter()
+    model.to(device)
+    global_arrays = state_to_arrays(model)
+    losses: list[float] = []
+    for r in range(rounds):
+        updates = list(local_round(r, global_arrays))
+        if not updates:
+            raise InputError("no client has any training rows")
         global_arrays = fedavg(updates)
         total = sum(u.num_examples for u in updates)
         losses.append(sum(u.loss * u.num_examples for u in updates) / total)
         if progress is not None:
             progress(r + 1, losses[-1])
     load_arrays(model, global_arrays)
-    return FedAvgResult(global_arrays, tuple(losses), time.perf_counter() - started, skipped)
+    return tuple(losses), time.perf_counter() - started

@@ -8,9 +8,8 @@ from (``public``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,40 +17,23 @@ import torch
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
-from simulator.errors import InputError
-from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
+from simulator.features.rff import RandomFourierFeatures
 from simulator.models import (
     ExtractorWithHead,
     LocalUpdate,
     StateArrays,
     build_backbone,
     client_generator,
-    extract_features,
-    fedavg,
     load_arrays,
     local_train,
-    state_to_arrays,
 )
+from simulator.models.featurizer import Featurizer as Featurizer
+from simulator.models.featurizer import freeze_featurizer
+from simulator.models.fedavg import LocalRound as LocalRound
+from simulator.models.fedavg import fedavg_rounds
 from simulator.runner.configs import backbone_spec
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng, child_seed
-
-FloatArray = NDArray[np.float64]
-
-
-@dataclass
-class Featurizer:
-    """The frozen map from raw inputs to head features."""
-
-    model: ExtractorWithHead
-    rff: RandomFourierFeatures
-    device: torch.device
-    round_losses: tuple[float, ...]
-    seconds: float
-
-    def __call__(self, x: NDArray[Any]) -> FloatArray:
-        h = extract_features(self.model, x, device=self.device)
-        return clip_to_unit_ball(self.rff.transform(h))
 
 
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
@@ -69,12 +51,7 @@ def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     return ExtractorWithHead(backbone, dataset.num_classes, generator=gen)
 
 
-#: One FedAvg round seen from the server: ``(round, global weights) -> local updates`` of every
-#: client with rows, in client order (McMahan et al. 2017, Algorithm 1, ``ClientUpdate``).
-LocalRound = Callable[[int, StateArrays], Sequence[LocalUpdate]]
-
-
-def client_update(
+def client_update(  # noqa: PLR0913 (ClientUpdate's inputs, keyword-only: the ClientApp passes its message's fields)
     scenario: Scenario,
     model: ExtractorWithHead,
     x: NDArray[Any],
@@ -135,35 +112,6 @@ def in_process_round(
     return run
 
 
-def fedavg_rounds(
-    model: ExtractorWithHead,
-    rounds: int,
-    local_round: LocalRound,
-    *,
-    device: torch.device,
-    progress: Callable[[int, float], None] | None = None,
-) -> tuple[tuple[float, ...], float]:
-    """FedAvg from ``model``'s weights; ``model`` ends with the final global weights.
-
-    Returns the example-weighted mean client loss of every round and the seconds taken.
-    """
-    started = time.perf_counter()
-    model.to(device)
-    global_arrays = state_to_arrays(model)
-    losses: list[float] = []
-    for r in range(rounds):
-        updates = list(local_round(r, global_arrays))
-        if not updates:
-            raise InputError("no client has any training rows")
-        global_arrays = fedavg(updates)
-        total = sum(u.num_examples for u in updates)
-        losses.append(sum(u.loss * u.num_examples for u in updates) / total)
-        if progress is not None:
-            progress(r + 1, losses[-1])
-    load_arrays(model, global_arrays)
-    return tuple(losses), time.perf_counter() - started
-
-
 def train_featurizer(
     scenario: Scenario,
     dataset: Dataset,
@@ -185,12 +133,16 @@ def train_featurizer(
         losses, seconds = fedavg_rounds(
             model, scenario.model.rounds, local_round, device=device, progress=progress
         )
-    rng = child_rng(scenario.seed, "rff")
-    h = extract_features(model, pool, device=device)
     bw = scenario.rff.bandwidth
-    bandwidth = median_bandwidth(h, rng=rng) if bw == "median" else float(bw)
-    rff = RandomFourierFeatures.draw(h.shape[1], scenario.rff.dim, bandwidth=bandwidth, rng=rng)
-    return Featurizer(model, rff, device, losses, seconds)
+    featurizer = freeze_featurizer(
+        model,
+        pool,
+        dim=scenario.rff.dim,
+        bandwidth=None if bw == "median" else float(bw),
+        rng=child_rng(scenario.seed, "rff"),
+        device=device,
+    )
+    return replace(featurizer, round_losses=losses, seconds=seconds)
 
 
 def featurizer_from_arrays(
@@ -204,4 +156,4 @@ def featurizer_from_arrays(
     """Rebuild a trained featurizer from its arrays (what a server sends its clients)."""
     model = build_extractor(scenario, dataset)
     load_arrays(model, extractor)
-    return Featurizer(model, RandomFourierFeatures.from_arrays(rff), device, (), 0.0)
+    return Featurizer(model, RandomFourierFeatures.from_arrays(rff), device)

@@ -64,7 +64,8 @@ EXTRACTOR_MODE_NOTE = (
 class DecoRemovalOptions:
     """``objective``: overrides ``settings.decorrelation.objective`` (None: keep it);
     ``mode``: ``head`` (weights in the head only) or ``extractor`` (also in the extractor's
-    training, refitted every epoch)."""
+    training, refitted every epoch).
+    """
 
     objective: Objective | None = None
     mode: Mode = "head"

@@ -12,33 +12,15 @@ from __future__ import annotations
 import hashlib
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import torch
-from numpy.typing import NDArray
 
-from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.metrics.scores import class_probabilities
-from simulator.models import ExtractorWithHead, extract_features
+from simulator.models import ExtractorWithHead
+from simulator.models.featurizer import Featurizer, freeze_featurizer
 from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, train_network
-
-
-@dataclass
-class Featurizer:
-    """A trained, frozen extractor and RFF map: raw inputs to head features of norm <= 1."""
-
-    model: ExtractorWithHead
-    rff: RandomFourierFeatures
-    device: torch.device
-
-    def __call__(self, x: NDArray[Any]) -> FloatArray:
-        h = extract_features(self.model, x, device=self.device)
-        return clip_to_unit_ball(self.rff.transform(h))
-
 
 #: The last plainly trained featurizer of each live training set, by (seed, settings, rows):
 #: ``cr`` and ``decoremoval`` train the very same extractor and RFF map (same rows, settings
@@ -88,15 +70,18 @@ def train_featurizer(
         generator=child_torch(seed, "extractor", "train"),
         reweigh=reweigh,
     )
-    device = device_of(settings)
-    rng = child_rng(seed, "rff")
-    h = extract_features(model, train.x[rows], device=device)
     bandwidth = settings.rff_bandwidth
-    if bandwidth is None:
-        bandwidth = median_bandwidth(h, rng=rng) if h.shape[0] >= 2 else 1.0
-    rff = RandomFourierFeatures.draw(h.shape[1], settings.rff_dim, bandwidth=bandwidth, rng=rng)
+    if bandwidth is None and rows.size < 2:
+        bandwidth = 1.0  # no pair of rows to take a median distance of
+    featurizer = freeze_featurizer(
+        model,
+        train.x[rows],
+        dim=settings.rff_dim,
+        bandwidth=bandwidth,
+        rng=child_rng(seed, "rff"),
+        device=device_of(settings),
+    )
     model.eval()
-    featurizer = Featurizer(model, rff, device)
     if epoch_weights is None:
         _FEATURIZERS[train] = {key: featurizer}  # the latest one per training set
     return featurizer

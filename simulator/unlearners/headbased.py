@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from simulator.head import CertifiedHead, LocalHeadData
 from simulator.head.data import Reweigher
 from simulator.methods import method
+from simulator.models.featurizer import Featurizer
 from simulator.seeds import child_rng
 from simulator.unlearners.base import (
     BaseUnlearner,
@@ -29,12 +30,7 @@ from simulator.unlearners.base import (
     OptionsT,
     TrainingSet,
 )
-from simulator.unlearners.features import (
-    EpochWeights,
-    Featurizer,
-    head_proba,
-    train_featurizer,
-)
+from simulator.unlearners.features import EpochWeights, head_proba, train_featurizer
 
 #: The note every result of a head-only certificate carries (``method.md`` section 1).
 EXTRACTOR_NOTE = (

@@ -18,9 +18,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.head import LocalHeadData, train_head
+from simulator.models.featurizer import Featurizer
 from simulator.seeds import child_rng
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
-from simulator.unlearners.features import Featurizer, head_proba, train_featurizer
+from simulator.unlearners.features import head_proba, train_featurizer
 
 
 @dataclass(frozen=True)
