@@ -25,8 +25,8 @@ from simulator.federation import ClientReport
 from simulator.federation.codec import decode_statistics
 from simulator.head import HeadConfig
 from simulator.models import LocalUpdate, StateArrays, state_to_arrays
+from simulator.models.featurizer import Featurizer
 from simulator.runner.configs import head_config
-from simulator.runner.featurize import Featurizer
 from simulator.runner.shards import shard_digest
 from simulator.runner.transport import RunnerClient
 from simulator.scenario import Scenario, scenario_to_yaml

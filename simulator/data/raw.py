@@ -1,7 +1,7 @@
 """From a source's raw pools to a finished :class:`~simulator.data.dataset.Dataset`.
 
 A loader returns a :class:`RawSource`: rows that may still be sentences or data-frame records,
-their labels, and a featurizer.  :func:`assemble` then does the steps every source shares, in a
+their labels, and an encoder.  :func:`assemble` then does the steps every source shares, in a
 fixed order so that one seed gives one dataset: split (when the source has no official test
 split), restrict to ``classes`` (others become OOD), subsample, featurise.
 """
@@ -50,7 +50,7 @@ class FeatureSet:
     vocab_size: int | None = None
 
 
-class Featurizer(Protocol):
+class RawEncoder(Protocol):
     """Turns selected raw rows into arrays; fitted on the training rows only."""
 
     def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
@@ -64,7 +64,7 @@ class RawSource:
 
     ``x_*`` are numpy arrays (rows first), object arrays of sentences or pandas data frames;
     ``x_test``/``y_test`` are ``None`` when the source has no official test split (it is then
-    split with ``test_fraction``).  ``featurizer`` is ``None`` when ``x_*`` are already the final
+    split with ``test_fraction``).  ``encoder`` is ``None`` when ``x_*`` are already the final
     float arrays.  ``ood_x``/``ood_y`` hold an OOD set the source builds itself (synthetic).
     """
 
@@ -76,7 +76,7 @@ class RawSource:
     x_test: Any | None = None
     y_test: IntArray | None = None
     image_shape: tuple[int, int, int] | None = None
-    featurizer: Featurizer | None = None
+    encoder: RawEncoder | None = None
     ood_x: NDArray[Any] | None = None
     ood_y: IntArray | None = None
 
@@ -159,8 +159,8 @@ def assemble(raw: RawSource, options: SourceOptions, rng: np.random.Generator) -
 
 
 def _featurise(raw: RawSource, train: Any, test: Any, ood: Any | None) -> FeatureSet:
-    if raw.featurizer is not None:
-        return raw.featurizer(train, test, ood)
+    if raw.encoder is not None:
+        return raw.encoder(train, test, ood)
 
     def as_float(x: Any) -> NDArray[np.float32]:
         return np.ascontiguousarray(x, dtype=np.float32)

@@ -115,8 +115,8 @@ def fit_table_encoder(train: Any) -> TableEncoder:
 
 
 @dataclass(frozen=True)
-class TableFeaturizer:
-    """Featurizer fitting a :class:`TableEncoder` on the selected training rows."""
+class TableRawEncoder:
+    """RawEncoder fitting a :class:`TableEncoder` on the selected training rows."""
 
     def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
         """Encode the three splits with the encoder fitted on ``train``."""
@@ -158,7 +158,7 @@ def read_csv_table(path: str | Path, label_column: str) -> LabelledTable:
     """Read a CSV file whose ``label_column`` holds the class of each row.
 
     Labels are mapped to ``0..k-1`` in sorted order of their values; the other columns are the
-    raw features (encoded later by :class:`TableFeaturizer`).
+    raw features (encoded later by :class:`TableRawEncoder`).
 
     Raises
     ------
@@ -194,5 +194,5 @@ def table_source(name: str, train: LabelledTable, test: LabelledTable | None = N
         y_test=None if test is None else test.labels,
         class_names=train.label_names,
         modality="tabular",
-        featurizer=TableFeaturizer(),
+        encoder=TableRawEncoder(),
     )

@@ -15,9 +15,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data._optional import package_file
-from simulator.data.embeddings import EmbeddingFeaturizer
-from simulator.data.raw import Featurizer, RawSource, SourceOptions
-from simulator.data.tokens import TokenFeaturizer
+from simulator.data.embeddings import EmbeddingRawEncoder
+from simulator.data.raw import RawEncoder, RawSource, SourceOptions
+from simulator.data.tokens import TokenRawEncoder
 from simulator.errors import InputError
 
 SENTIMENT_CLASSES = ("negative", "positive")
@@ -117,11 +117,11 @@ def read_rotten_tomatoes(path: str | Path | None = None) -> TextSplits:
 
 def text_source(name: str, splits: TextSplits, options: SourceOptions) -> RawSource:
     """Wrap text splits as a :class:`RawSource` featurised as embeddings or token ids."""
-    featurizer: Featurizer
+    encoder: RawEncoder
     if options.text_representation == "tokens":
-        featurizer = TokenFeaturizer(max_len=options.max_len, vocab_size=options.vocab_size)
+        encoder = TokenRawEncoder(max_len=options.max_len, vocab_size=options.vocab_size)
     else:
-        featurizer = EmbeddingFeaturizer(cache_dir=options.cache_dir)
+        encoder = EmbeddingRawEncoder(cache_dir=options.cache_dir)
 
     def as_rows(sentences: tuple[str, ...] | None) -> NDArray[np.object_] | None:
         return None if sentences is None else np.asarray(sentences, dtype=object)
@@ -134,5 +134,5 @@ def text_source(name: str, splits: TextSplits, options: SourceOptions) -> RawSou
         y_test=splits.test_labels,
         class_names=splits.class_names,
         modality="tokens" if options.text_representation == "tokens" else "embedding",
-        featurizer=featurizer,
+        encoder=encoder,
     )

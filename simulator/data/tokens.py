@@ -66,8 +66,8 @@ def build_vocabulary(sentences: Sequence[str], size: int) -> Vocabulary:
 
 
 @dataclass(frozen=True)
-class TokenFeaturizer:
-    """Featurizer: vocabulary fitted on the training sentences, ids padded to ``max_len``."""
+class TokenRawEncoder:
+    """RawEncoder: vocabulary fitted on the training sentences, ids padded to ``max_len``."""
 
     max_len: int
     vocab_size: int

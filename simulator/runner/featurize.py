@@ -27,10 +27,8 @@ from simulator.models import (
     load_arrays,
     local_train,
 )
-from simulator.models.featurizer import Featurizer as Featurizer
-from simulator.models.featurizer import freeze_featurizer
-from simulator.models.fedavg import LocalRound as LocalRound
-from simulator.models.fedavg import fedavg_rounds
+from simulator.models.featurizer import Featurizer, freeze_featurizer
+from simulator.models.fedavg import LocalRound, fedavg_rounds
 from simulator.runner.configs import backbone_spec
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng, child_seed

@@ -16,9 +16,11 @@ from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
 from simulator.models import resolve_device
+from simulator.models.featurizer import Featurizer
+from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
-from simulator.runner.featurize import Featurizer, LocalRound, in_process_round, train_featurizer
+from simulator.runner.featurize import in_process_round, train_featurizer
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng

@@ -16,8 +16,8 @@ from numpy.typing import NDArray
 from simulator.data.dataset import Dataset
 from simulator.federation import FederatedClient, WeightingPlan
 from simulator.methods import method
+from simulator.models.featurizer import Featurizer
 from simulator.runner.configs import decorrelation_config
-from simulator.runner.featurize import Featurizer
 from simulator.scenario import Scenario
 from simulator.seeds import child_seed
 

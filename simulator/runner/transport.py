@@ -29,7 +29,9 @@ from simulator.federation import (
     WeightReport,
 )
 from simulator.models import LocalUpdate, StateArrays
-from simulator.runner.featurize import Featurizer, LocalRound, in_process_round
+from simulator.models.featurizer import Featurizer
+from simulator.models.fedavg import LocalRound
+from simulator.runner.featurize import in_process_round
 from simulator.runner.shards import make_client
 from simulator.scenario import Scenario
 
