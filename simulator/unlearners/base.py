@@ -32,6 +32,7 @@ from simulator.errors import ConfigError, InputError, UnknownSampleError
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
 from simulator.models import BackboneSpec
+from simulator.unlearners.option_checks import require_positive_int
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -126,10 +127,7 @@ class ModelSettings:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "rff_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", f"model.{name}")
+        require_positive_int(self, "model", "epochs", "batch_size", "rff_dim")
         if not self.lr > 0:
             raise ConfigError(f"must be positive, got {self.lr}", "model.lr")
         if self.rff_bandwidth is not None and not self.rff_bandwidth > 0:
@@ -168,20 +166,34 @@ class Unlearner(Protocol):
     name: ClassVar[str]
     guarantee: ClassVar[str]
 
-    def fit(self, train: TrainingSet, *, seed: int) -> FitReport: ...
+    def fit(self, train: TrainingSet, *, seed: int) -> FitReport:
+        """Train on every row of ``train`` with all randomness drawn from ``seed``."""
+        ...
 
-    def remove(self, ids: Ids) -> RemovalOutcome: ...
+    def remove(self, ids: Ids) -> RemovalOutcome:
+        """Forget a batch of sample ids."""
+        ...
 
-    def predict_proba(self, x: NDArray[Any]) -> FloatArray: ...
+    def predict_proba(self, x: NDArray[Any]) -> FloatArray:
+        """Class probabilities ``(n, K)``; rows sum to one."""
+        ...
 
-    def predict(self, x: NDArray[Any]) -> IntArray: ...
+    def predict(self, x: NDArray[Any]) -> IntArray:
+        """Most probable class of every row."""
+        ...
 
     @property
-    def retained_ids(self) -> IntArray: ...
+    def retained_ids(self) -> IntArray:
+        """Sample ids not removed so far (increasing)."""
+        ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """A deep copy of everything that changes."""
+        ...
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Install a state from :meth:`state_dict` of the same method with the same settings."""
+        ...
 
 
 def check_removal(ids: Ids, active: BoolArray) -> IntArray:

@@ -33,11 +33,16 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from simulator.errors import ConfigError, NumericalError
+from simulator.errors import NumericalError
 from simulator.models import ExtractorWithHead, seeded_rng
 from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import as_input, build_network, device_of, network_proba
+from simulator.unlearners.option_checks import (
+    require_non_negative,
+    require_positive,
+    require_positive_int,
+)
 
 
 @dataclass(frozen=True)
@@ -53,20 +58,15 @@ class CuOptions:
     noise_std: float = 1e-3
 
     def __post_init__(self) -> None:
-        for name in ("radius", "scale"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"must be > 0, got {getattr(self, name)}", f"cu.{name}")
-        for name in ("l2", "damping", "noise_std"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"must be >= 0, got {getattr(self, name)}", f"cu.{name}")
-        for name in ("depth", "hvp_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", f"cu.{name}")
+        require_positive(self, "cu", "radius", "scale")
+        require_non_negative(self, "cu", "l2", "damping", "noise_std")
+        require_positive_int(self, "cu", "depth", "hvp_batch")
 
 
 @dataclass
 class CuState:
+    """The network, the seed of every removal's draws and the number of removals so far."""
+
     model: ExtractorWithHead
     seed: int
     removals: int

@@ -62,9 +62,15 @@ EXTRACTOR_MODE_NOTE = (
 
 @dataclass(frozen=True)
 class DecoRemovalOptions:
-    """``objective``: overrides ``settings.decorrelation.objective`` (None: keep it);
-    ``mode``: ``head`` (weights in the head only) or ``extractor`` (also in the extractor's
-    training, refitted every epoch).
+    """Options of DecoRemoval.
+
+    Attributes
+    ----------
+    objective : Objective or None
+        Overrides ``settings.decorrelation.objective`` (None: keep it).
+    mode : Mode
+        ``head`` (weights in the head only) or ``extractor`` (also in the extractor's training,
+        refitted every epoch).
     """
 
     objective: Objective | None = None
@@ -81,6 +87,7 @@ class ColdRefit:
     def __call__(
         self, retained_ids: IntArray, features: FloatArray, labels: IntArray
     ) -> FloatArray:
+        """Decorrelation weights of the retained rows, fitted cold from the fixed seed."""
         if features.shape[0] < 2:  # nothing to decorrelate
             return np.ones(features.shape[0])
         result = fit_weights(

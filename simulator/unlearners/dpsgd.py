@@ -25,6 +25,7 @@ from simulator.models import ExtractorWithHead, load_arrays, seeded_rng, state_t
 from simulator.seeds import child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import as_input, build_network, device_of, network_proba
+from simulator.unlearners.option_checks import require_non_negative, require_positive
 
 
 @dataclass(frozen=True)
@@ -35,16 +36,14 @@ class DpsgdOptions:
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.noise_multiplier >= 0:
-            raise ConfigError(
-                f"must be >= 0, got {self.noise_multiplier}", "dpsgd.noise_multiplier"
-            )
-        if not self.max_grad_norm > 0:
-            raise ConfigError(f"must be > 0, got {self.max_grad_norm}", "dpsgd.max_grad_norm")
+        require_non_negative(self, "dpsgd", "noise_multiplier")
+        require_positive(self, "dpsgd", "max_grad_norm")
 
 
 @dataclass
 class DpsgdState:
+    """The DP-trained network and the epsilon its training spent."""
+
     model: ExtractorWithHead
     epsilon: float
 

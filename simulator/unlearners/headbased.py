@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,7 @@ from simulator.unlearners.base import (
     FitReport,
     FloatArray,
     IntArray,
+    NoOptions,
     OptionsT,
     TrainingSet,
 )
@@ -107,3 +108,16 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         self._require_fit()
         state: HeadState = self._state
         return state.head
+
+
+class UniformHeadUnlearner(CertifiedHeadUnlearner[NoOptions]):
+    """A certified head with uniform sample weights and no options (``cr``, ``retrain_head``).
+
+    The two differ only in what their registry entry's removal does to the head (a certified
+    Newton step or a retrain from scratch).
+    """
+
+    options_type: ClassVar[type[NoOptions]] = NoOptions
+
+    def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
+        return SampleWeights(None, None, {})

@@ -69,14 +69,13 @@ def train_network(
     settings: ModelSettings,
     *,
     generator: torch.Generator,
-    epochs: int | None = None,
     reweigh: Callable[[int], FloatArray | None] | None = None,
 ) -> float:
     """Train ``model`` in place on ``rows`` (Adam, cross-entropy); returns the last epoch's loss.
 
     A thin call of the project's :func:`~simulator.models.local_train` with the settings'
-    batch size and learning rate; ``epochs`` defaults to ``settings.epochs``; ``reweigh``
-    (epoch -> one weight per row of ``rows``, or None) re-weights each epoch's loss.
+    epochs, batch size and learning rate; ``reweigh`` (epoch -> one weight per row of ``rows``,
+    or None) re-weights each epoch's loss.
     """
     if rows.size == 0:
         raise InputError("cannot train a network on zero rows")
@@ -84,7 +83,7 @@ def train_network(
         model,
         train.x[rows],
         train.y[rows],
-        epochs=settings.epochs if epochs is None else epochs,
+        epochs=settings.epochs,
         batch_size=settings.batch_size,
         lr=settings.lr,
         generator=generator,

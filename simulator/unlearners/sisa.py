@@ -19,17 +19,17 @@ exact.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import ConfigError
 from simulator.models import ExtractorWithHead, StateArrays, load_arrays, state_to_arrays
 from simulator.seeds import child_rng, child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, network_proba, train_network
+from simulator.unlearners.option_checks import require_positive_int
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,7 @@ class SisaOptions:
     use_groups: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("shards", "slices"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", f"sisa.{name}")
+        require_positive_int(self, "sisa", "shards", "slices")
 
 
 @dataclass
@@ -61,6 +58,8 @@ class Shard:
 
 @dataclass
 class SisaState:
+    """The shards, and the shard and slice that hold every training row."""
+
     seed: int
     shards: list[Shard]
     row_shard: IntArray
@@ -122,9 +121,8 @@ class Sisa(BaseUnlearner[SisaOptions]):
                     shard.model,
                     self.train,
                     rows,
-                    self.settings,
+                    replace(self.settings, epochs=self.stage_epochs),
                     generator=child_torch(seed, "sisa", "train", shard.index, r),
-                    epochs=self.stage_epochs,
                 )
             shard.checkpoints.append(state_to_arrays(shard.model))
         all_rows = np.concatenate(shard.slices)

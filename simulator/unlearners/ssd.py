@@ -19,7 +19,6 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from simulator.errors import ConfigError
 from simulator.models import ExtractorWithHead
 from simulator.seeds import child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
@@ -30,6 +29,7 @@ from simulator.unlearners.networks import (
     network_proba,
     train_network,
 )
+from simulator.unlearners.option_checks import require_positive
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,13 @@ class SsdOptions:
     selection: float = 10.0
 
     def __post_init__(self) -> None:
-        if not self.dampening > 0:
-            raise ConfigError(f"must be > 0, got {self.dampening}", "ssd.dampening")
-        if not self.selection > 0:
-            raise ConfigError(f"must be > 0, got {self.selection}", "ssd.selection")
+        require_positive(self, "ssd", "dampening", "selection")
 
 
 @dataclass
 class SsdState:
+    """The network and the parameter importances ``I_D`` on the training data."""
+
     model: ExtractorWithHead
     importance: dict[str, Tensor]
 
