@@ -107,18 +107,56 @@ def membership_auc(
     )
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What a method has spent since :meth:`fit`: the cost columns of a :class:`Measurement`.
+
+    Attributes
+    ----------
+    removal_seconds : float
+        Wall clock of its :meth:`remove` calls, summed.
+    removal_calls : int
+        Number of :meth:`remove` calls.
+    retrains : int
+        Number of those that fell back to retraining.
+    fit_seconds : float
+        What :meth:`fit` reported.
+    """
+
+    removal_seconds: float
+    removal_calls: int
+    retrains: int
+    fit_seconds: float
+
+
 def measure(
     unlearner: BaseUnlearner[Any],
     workload: Workload,
     *,
     removed: int,
     forget: IntArray,
-    seconds: float,
-    calls: int,
-    retrains: int,
-    fit_seconds: float,
+    cost: Cost,
 ) -> Measurement:
-    """Evaluate ``unlearner`` now (see the module docstring)."""
+    """Evaluate ``unlearner`` now (see the module docstring).
+
+    Parameters
+    ----------
+    unlearner : BaseUnlearner
+        The method, fitted, after its removals so far.
+    workload : Workload
+        The seed's data and evaluation splits.
+    removed : int
+        The removal count of this checkpoint.
+    forget : ndarray of int
+        The sample ids removed so far (the membership attack's members).
+    cost : Cost
+        What the method has spent so far.
+
+    Returns
+    -------
+    Measurement
+        The scores of every split, the cost and the membership attack's AUC.
+    """
     scores: dict[str, float] = {}
     predictions: dict[str, IntArray] = {}
     for split, data in workload.splits.items():
@@ -139,11 +177,11 @@ def measure(
         method=unlearner.name,
         seed=workload.seed,
         removed=removed,
-        removal_seconds=seconds,
-        removal_calls=calls,
-        retrains=retrains,
+        removal_seconds=cost.removal_seconds,
+        removal_calls=cost.removal_calls,
+        retrains=cost.retrains,
         mia_auc=membership_auc(unlearner, forget, workload, rng),
-        fit_seconds=fit_seconds,
+        fit_seconds=cost.fit_seconds,
         predictions=predictions,
         scores=scores,
     )
@@ -171,10 +209,7 @@ def run_method(
                 workload,
                 removed=workload.evaluate_after[calls],
                 forget=forget,
-                seconds=seconds,
-                calls=calls,
-                retrains=retrains,
-                fit_seconds=report.seconds,
+                cost=Cost(seconds, calls, retrains, report.seconds),
             )
         )
         if progress is not None:
@@ -224,6 +259,19 @@ class Comparison:
     split_notes: tuple[str, ...] = ()
 
 
+def _seeded_workloads(
+    workloads: Sequence[Workload] | Callable[[int], Workload], seeds: Sequence[int] | None
+) -> tuple[Callable[[int], Workload], list[int]]:
+    """A function of the seed that gives its workload, and the seeds in order."""
+    if callable(workloads):
+        if seeds is None:
+            raise InputError("seeds are needed when workloads is a function")
+        return workloads, list(seeds)
+    given = list(workloads)
+    by_seed = {w.seed: w for w in given}
+    return by_seed.__getitem__, [w.seed for w in given]
+
+
 def run_comparison(
     workloads: Sequence[Workload] | Callable[[int], Workload],
     methods: Sequence[str],
@@ -240,25 +288,26 @@ def run_comparison(
     the seeds finished so far after each seed (to write partial results of a long run).
     """
     started = time.perf_counter()
-    if callable(workloads):
-        if seeds is None:
-            raise InputError("seeds are needed when workloads is a function")
-        make = workloads
-        seed_list = list(seeds)
-    else:
-        given = list(workloads)
-        by_seed = {w.seed: w for w in given}
-        seed_list = [w.seed for w in given]
-
-        def make(seed: int) -> Workload:
-            return by_seed[seed]
-
+    make, seed_list = _seeded_workloads(workloads, seeds)
     measurements: list[Measurement] = []
     fits: list[FitRecord] = []
     notes: list[str] = []
     scenario = ""
     split_notes: tuple[str, ...] = ()
-    for seed in seed_list:
+
+    def so_far(done: Sequence[int]) -> Comparison:
+        return Comparison(
+            scenario,
+            tuple(methods),
+            tuple(done),
+            tuple(attach_retrain(measurements)),
+            tuple(fits),
+            tuple(notes),
+            time.perf_counter() - started,
+            split_notes,
+        )
+
+    for i, seed in enumerate(seed_list):
         workload = make(seed)
         scenario = workload.scenario.name
         split_notes = workload.split_notes
@@ -271,26 +320,5 @@ def run_comparison(
             fits.append(fit)
             notes.extend(f"{name}: {n}" for n in fit.notes if f"{name}: {n}" not in notes)
         if on_seed is not None:
-            done = seed_list[: seed_list.index(seed) + 1]
-            on_seed(
-                Comparison(
-                    scenario,
-                    tuple(methods),
-                    tuple(done),
-                    tuple(attach_retrain(measurements)),
-                    tuple(fits),
-                    tuple(notes),
-                    time.perf_counter() - started,
-                    split_notes,
-                )
-            )
-    return Comparison(
-        scenario,
-        tuple(methods),
-        tuple(seed_list),
-        tuple(attach_retrain(measurements)),
-        tuple(fits),
-        tuple(notes),
-        time.perf_counter() - started,
-        split_notes,
-    )
+            on_seed(so_far(seed_list[: i + 1]))
+    return so_far(seed_list)

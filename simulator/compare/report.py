@@ -73,8 +73,11 @@ def write_comparison(
 
 
 def load_comparison(folder: Path) -> Comparison:
-    """Read back a folder written by :func:`write_comparison` (``runs.csv``, ``fits.json`` and
-    the split list of ``table.md``); predictions are not stored, so none are restored."""
+    """Read back a folder written by :func:`write_comparison`.
+
+    It reads ``runs.csv``, ``fits.json`` and the split list of ``table.md``; predictions are not
+    stored, so none are restored.
+    """
     import csv
 
     from simulator.compare.harness import FitRecord, Measurement
@@ -141,9 +144,11 @@ def load_comparison(folder: Path) -> Comparison:
 
 
 def retable(folder: Path) -> dict[str, Path]:
-    """Rewrite ``table.md``, ``summary.csv`` and ``verdict.csv`` of ``folder`` from its
-    ``runs.csv`` with the current statistics (``runs.csv``, ``fits.json``, ``command.txt`` and
-    the plots are left as they are)."""
+    """Rewrite ``table.md``, ``summary.csv`` and ``verdict.csv`` of ``folder`` from ``runs.csv``.
+
+    The tables use the current statistics; ``runs.csv``, ``fits.json``, ``command.txt`` and the
+    plots are left as they are.
+    """
     comparison = load_comparison(folder)
     summaries = summarize(comparison.measurements, comparison.methods)
     rows = verdicts(comparison.measurements, comparison.methods)

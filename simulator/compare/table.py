@@ -40,6 +40,7 @@ class Stat:
 
     @classmethod
     def of(cls, values: Iterable[float]) -> Stat:
+        """The statistics of the finite ``values`` (NaN and infinities are left out)."""
         arr = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
         if arr.size == 0:
             return cls(float("nan"), float("nan"))
@@ -47,6 +48,7 @@ class Stat:
         return cls(float(arr.mean()), std)
 
     def text(self, digits: int, scale: float = 1.0) -> str:
+        """``mean ± std`` of the values times ``scale`` with ``digits`` decimals (``n/a``: none)."""
         if not math.isfinite(self.mean):
             return "n/a"
         mean = f"{self.mean * scale:.{digits}f}"

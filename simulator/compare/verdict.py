@@ -129,8 +129,11 @@ def paired(
 def verdicts(
     measurements: Sequence[Measurement], methods: Sequence[str], base: str = "cr"
 ) -> list[Paired]:
-    """Every DecoRemoval variant against ``base`` on every labelled split's accuracy and F1,
-    at every removal count (empty when ``base`` or no variant is compared)."""
+    """Every DecoRemoval variant against ``base``, paired over seeds.
+
+    One pairing per labelled split's accuracy and F1 and removal count; empty when ``base`` or
+    no variant is compared.
+    """
     if base not in methods:
         return []
     variants = [m for m in methods if m.startswith("decoremoval")]

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from simulator.reporting.plot_marks import (
+    PanelText,
     StreamMarks,
     batch_x,
     decorate,
+    finish_panel,
     save_figure,
     stream_marks,
 )
@@ -39,8 +41,10 @@ def _get(d: dict[str, Any], *path: str) -> Any:
 
 
 def privacy_drift_rows(batches: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(metric, value) rows of the last evaluated batch (drift, alarms, costs); the attacks are
-    a table of their own (:func:`mia_table`)."""
+    """(metric, value) rows of the last evaluated batch: drift, alarms, costs.
+
+    The attacks are a table of their own (:func:`mia_table`).
+    """
     evaluated = [b for b in batches if "privacy" in b]
     if not evaluated:
         return []
@@ -75,8 +79,10 @@ def privacy_drift_rows(batches: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def mia_table(batches: list[dict[str, Any]]) -> Table | None:
-    """Membership inference, one row per attack (AUC), LiRA's TPR at 1% FPR and the MIA
-    efficacy; columns: ours at the end, and ours vs the retrained head at the last checkpoint."""
+    """Membership inference: one row per attack (AUC), LiRA's TPR at 1% FPR, the MIA efficacy.
+
+    Columns: ours at the end, and ours vs the retrained head at the last checkpoint.
+    """
     evaluated = [b for b in batches if "privacy" in b]
     if not evaluated:
         return None
@@ -108,8 +114,10 @@ MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def series_style(i: int) -> dict[str, Any]:
-    """The i-th series' colour, line style, marker (at the measured points) and size: later
-    series are thinner and drawn on top, so identical curves stay distinguishable."""
+    """The i-th series' colour, line style, marker (at the measured points) and size.
+
+    Later series are thinner and drawn on top, so identical curves stay distinguishable.
+    """
     return {
         "color": f"C{i % 10}",
         "ls": STYLES[i % len(STYLES)],
@@ -140,7 +148,9 @@ def plot_privacy_drift(
     folder: Path, batches: list[dict[str, Any]], title: str, marks: StreamMarks | None = None
 ) -> dict[str, Any]:
     """``mia.png`` and ``drift.png`` (module docstring); nothing without evaluated batches.
-    Returns the (closed) figures by file name."""
+
+    Returns the (closed) figures by file name.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,11 +179,12 @@ def plot_privacy_drift(
                 label=f"{attack}: retrained head",
             )  # fmt: skip
     ax.axhline(0.5, color="k", lw=0.8, ls="--", label="chance (0.5)")
-    decorate(ax, marks)
-    ax.set_ylabel("MIA ROC AUC (forget vs holdout)")
-    ax.set_title(f"{title}: membership inference (stars: retrained head)", fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
-    ax.grid(alpha=0.3)
+    text = PanelText(
+        "MIA ROC AUC (forget vs holdout)",
+        "membership inference (stars: retrained head)",
+        {"fontsize": 6, "ncol": 2},
+    )
+    finish_panel(ax, marks, title, text)
     figures["mia.png"] = save_figure(fig, folder / "mia.png")
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)

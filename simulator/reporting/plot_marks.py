@@ -127,3 +127,21 @@ def save_figure(fig: Any, path: Path) -> Any:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return fig
+
+
+@dataclass(frozen=True)
+class PanelText:
+    """What a run plot's panel says: its y label, its title after the run's, legend options."""
+
+    ylabel: str
+    title: str
+    legend: dict[str, Any] = field(default_factory=dict)
+
+
+def finish_panel(ax: Any, marks: StreamMarks, run_title: str, text: PanelText) -> None:
+    """Draw the marks (:func:`decorate`), then the labels, the legend (size 7) and a grid."""
+    decorate(ax, marks)
+    ax.set_ylabel(text.ylabel)
+    ax.set_title(f"{run_title}: {text.title}", fontsize=10)
+    ax.legend(**{"fontsize": 7, **text.legend})
+    ax.grid(alpha=0.3)

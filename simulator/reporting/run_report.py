@@ -29,7 +29,13 @@ from simulator.reporting.metric_report import (
     privacy_drift_rows,
     series_style,
 )
-from simulator.reporting.plot_marks import batch_x, decorate, save_figure, stream_marks
+from simulator.reporting.plot_marks import (
+    PanelText,
+    batch_x,
+    finish_panel,
+    save_figure,
+    stream_marks,
+)
 from simulator.reporting.verdict import Table, Verdict, phase_table
 from simulator.stream import DeletionReceipt
 
@@ -85,23 +91,28 @@ class RunWriter:
         self._receipts = (folder / "receipts.jsonl").open(mode, encoding="utf-8")
 
     def event(self, record: dict[str, Any]) -> None:
+        """Append one event to ``events.jsonl`` (JSON-safe, flushed)."""
         self._events.write(json.dumps(_clean(record), sort_keys=True) + "\n")
         self._events.flush()
 
     def receipts(self, receipts: Sequence[DeletionReceipt]) -> None:
+        """Append receipts to ``receipts.jsonl`` (flushed)."""
         for r in receipts:
             self._receipts.write(r.model_dump_json() + "\n")
         self._receipts.flush()
 
     def text(self, name: str, content: str) -> Path:
+        """Write the file ``name`` of the folder; returns its path."""
         path = self.folder / name
         path.write_text(content, encoding="utf-8")
         return path
 
     def json(self, name: str, content: dict[str, Any]) -> Path:
+        """Write ``content`` as indented JSON with sorted keys (NaN/inf as null)."""
         return self.text(name, json.dumps(_clean(content), indent=2, sort_keys=True) + "\n")
 
     def close(self) -> None:
+        """Close the event and receipt logs."""
         self._events.close()
         self._receipts.close()
 
@@ -220,8 +231,11 @@ def render_summary(
     extra_rows: Sequence[tuple[str, str]] = (),
     interrupted: dict[str, Any] | None = None,
 ) -> str:
-    """summary.md: the interrupt line (if any), the title, the certificate verdict, the
-    (metric, value) table, the phase and attack tables, and a source's own section."""
+    """The text of ``summary.md``.
+
+    In order: the interrupt line (if any), the title, the certificate verdict, the (metric,
+    value) table, the phase and attack tables, and a source's own section.
+    """
     parts = [interrupted_line(interrupted)] if interrupted else []
     parts += [f"# {name}", verdict.markdown().rstrip("\n"), markdown_table(rows).rstrip("\n")]
     parts += [t.markdown().rstrip("\n") for t in tables]
@@ -244,8 +258,11 @@ def read_verdict(path: Path) -> list[str]:
 
 
 def read_summary(path: Path) -> list[tuple[str, str]]:
-    """The (metric, value) rows of a ``summary.md`` (every table :func:`markdown_table` wrote;
-    the verdict and the other tables: :func:`read_verdict`)."""
+    """The (metric, value) rows of a ``summary.md``.
+
+    Those of every table :func:`markdown_table` wrote; the verdict and the other tables are
+    read by :func:`read_verdict`.
+    """
     rows = []
     inside = False
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -262,33 +279,13 @@ def read_summary(path: Path) -> list[tuple[str, str]]:
 
 
 def markdown_table(rows: list[tuple[str, str]]) -> str:
+    """A two-column Markdown table ``| metric | value |`` of ``rows``."""
     lines = ["| metric | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(lines) + "\n"
 
 
-def plot_run(
-    folder: Path,
-    batches: list[dict[str, Any]],
-    title: str,
-    shifts: Sequence[tuple[str, int]] = (),
-) -> dict[str, Any]:
-    """PNG curves over the batch index, samples removed on the top axis, with the stream's
-    phases, shifts, withdrawals, retrains and alarms marked (:mod:`.plot_marks`).
-
-    ``shifts``: (label, start tick) of the scenario's shifts. Returns the (closed) figures by
-    file name, so their artists can be inspected.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    marks = stream_marks(batches, shifts)
-    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
-    figures: dict[str, Any] = {}
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+def _accuracy_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]) -> PanelText:
     for i, split in enumerate(("test", "ood", "retain", "forget")):
         pts = [
             (xs[id(b)], b["metrics"][f"accuracy_{split}"])
@@ -309,27 +306,23 @@ def plot_run(
                 *zip(*pts, strict=True), marker, color="k", ms=7, mfc="none",
                 label=f"retrained head ({split})",
             )  # fmt: skip
-    decorate(ax, marks)
-    ax.set_ylabel("accuracy")
-    ax.set_title(f"{title}: accuracy", fontsize=10)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.grid(alpha=0.3)
-    figures["accuracy.png"] = save_figure(fig, folder / "accuracy.png")
+    return PanelText("accuracy", "accuracy", {"loc": "lower left"})
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+
+def _budget_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]) -> PanelText:
     pts = [(xs[id(b)], b["budget_used_ratio"]) for b in batches if "budget_used_ratio" in b]
     if pts:
         ax.plot(*zip(*pts, strict=True), label="budget used", **series_style(0))
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
-    decorate(ax, marks)
     accounting = next((b["accounting"] for b in batches if "accounting" in b), "?")
-    ax.set_ylabel("charge since last retrain / budget")
-    ax.set_title(f"{title}: certificate budget, {accounting} accounting", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.grid(alpha=0.3)
-    figures["budget.png"] = save_figure(fig, folder / "budget.png")
+    return PanelText(
+        "charge since last retrain / budget",
+        f"certificate budget, {accounting} accounting",
+        {"loc": "upper left"},
+    )
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+
+def _residual_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]) -> PanelText:
     for i, (key, label) in enumerate(
         (
             ("residual_worst", "worst-case bound (step)"),
@@ -340,11 +333,40 @@ def plot_run(
         pts = [(xs[id(b)], b[key]) for b in batches if b.get(key)]
         if pts:
             ax.semilogy(*zip(*pts, strict=True), label=label, **series_style(i))
-    decorate(ax, marks)
-    ax.set_ylabel("gradient residual (L2 over the stacked head)")
-    ax.set_title(f"{title}: residual per batch", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    figures["residuals.png"] = save_figure(fig, folder / "residuals.png")
+    return PanelText("gradient residual (L2 over the stacked head)", "residual per batch")
+
+
+#: The run's own plots: file name and the function that draws its panel.
+RUN_PANELS = (
+    ("accuracy.png", _accuracy_panel),
+    ("budget.png", _budget_panel),
+    ("residuals.png", _residual_panel),
+)
+
+
+def plot_run(
+    folder: Path,
+    batches: list[dict[str, Any]],
+    title: str,
+    shifts: Sequence[tuple[str, int]] = (),
+) -> dict[str, Any]:
+    """PNG curves over the batch index, with the stream's events marked.
+
+    Samples removed are on the top axis; phases, shifts, withdrawals, retrains and alarms are
+    marked (:mod:`.plot_marks`). ``shifts``: (label, start tick) of the scenario's shifts.
+    Returns the (closed) figures by file name, so their artists can be inspected.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    marks = stream_marks(batches, shifts)
+    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
+    figures: dict[str, Any] = {}
+    for name, draw in RUN_PANELS:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        finish_panel(ax, marks, title, draw(ax, batches, xs))
+        figures[name] = save_figure(fig, folder / name)
     figures.update(plot_privacy_drift(folder, batches, title, marks))
     return figures
