@@ -47,7 +47,23 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Measurement:
-    """One method, one seed, one checkpoint. NaN where a number does not apply."""
+    """One method, one seed, one checkpoint (module docstring). NaN where a number does not apply.
+
+    Attributes
+    ----------
+    method, seed, removed
+        Which method, which seed, after how many removals.
+    scores : dict of str to float
+        Split scores (``acc_test``, ``f1_label_swap``, ``conf_remaining``, ...).
+    removal_seconds, removal_calls, retrains, fit_seconds
+        The :class:`Cost` so far.
+    mia_auc : float
+        Loss-threshold membership attack AUC, removed rows vs the test split.
+    disagreement, acc_gap : float
+        Closeness to ``retrain`` at the same point (:func:`attach_retrain`).
+    predictions : dict of str to ndarray
+        Predicted classes on every labelled split (for :func:`attach_retrain`; not stored).
+    """
 
     method: str
     seed: int
@@ -77,7 +93,19 @@ class Measurement:
 
 @dataclass(frozen=True)
 class FitRecord:
-    """What :meth:`fit` reported for one method and seed."""
+    """What :meth:`fit` reported for one method and seed.
+
+    Attributes
+    ----------
+    method, seed
+        Which fit.
+    seconds : float
+        Wall clock of :meth:`fit`.
+    info : dict of str to float
+        The method's own numbers (budget, weight spread, shards, ...).
+    notes : tuple of str
+        What the results of this method must say (e.g. what its certificate does not cover).
+    """
 
     method: str
     seed: int

@@ -59,7 +59,17 @@ class Stat:
 
 @dataclass(frozen=True)
 class Summary:
-    """One method at one removal count, aggregated over seeds."""
+    """One method at one removal count, aggregated over seeds.
+
+    Attributes
+    ----------
+    method, removed
+        Which method, after how many removals.
+    seeds : int
+        Number of seeds aggregated.
+    stats : dict of str to Stat
+        Mean and standard deviation of every column (fixed metrics and split scores).
+    """
 
     method: str
     removed: int

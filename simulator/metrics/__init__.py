@@ -30,7 +30,14 @@ from simulator.metrics.mia import (
     mia_efficacy,
     threshold_attacks,
 )
-from simulator.metrics.online import DETECTORS, ChangeMonitor, Detection, DetectorSettings
+from simulator.metrics.online import (
+    DETECTORS,
+    AdwinSettings,
+    ChangeMonitor,
+    Detection,
+    DetectorSettings,
+    PageHinkleySettings,
+)
 from simulator.metrics.roc import (
     DEFAULT_FPRS,
     AttackSummary,
@@ -60,6 +67,7 @@ __all__ = [
     "DEFAULT_FPRS",
     "DETECTORS",
     "THRESHOLD_ATTACKS",
+    "AdwinSettings",
     "AttackSummary",
     "CertificateStatus",
     "ChangeMonitor",
@@ -71,6 +79,7 @@ __all__ = [
     "LogisticFit",
     "MMDTest",
     "MembershipScores",
+    "PageHinkleySettings",
     "accuracy",
     "certificate_status",
     "chi2_homogeneity_p_value",

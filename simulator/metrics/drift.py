@@ -63,7 +63,21 @@ def mmd2_unbiased(X: FloatArray, Y: FloatArray, bandwidth: float) -> float:
 
 @dataclass(frozen=True)
 class MMDTest:
-    """Observed ``MMD^2_u``, its permutation p-value and the sizes it used."""
+    """Observed ``MMD^2_u`` and its permutation p-value (module docstring).
+
+    Attributes
+    ----------
+    mmd2 : float
+        The unbiased estimate ``MMD^2_u`` of the observed split (Gretton et al. 2012, eq. 3);
+        it can be slightly negative.
+    p_value : float
+        ``(1 + #{b : MMD^2_b >= MMD^2_obs}) / (1 + permutations)``, never below
+        ``1 / (1 + permutations)``.
+    permutations : int
+        Number ``B`` of random relabellings.
+    sizes : tuple of int
+        ``(m, n)``: rows of ``X`` and of ``Y``.
+    """
 
     mmd2: float
     p_value: float
@@ -152,7 +166,19 @@ def chi2_homogeneity_p_value(counts_a: FloatArray, counts_b: FloatArray) -> floa
 
 @dataclass(frozen=True)
 class LabelShift:
-    """Label-shift statistics between two label samples."""
+    """Label-shift statistics between two label samples with class distributions ``p``, ``q``.
+
+    Attributes
+    ----------
+    tv : float
+        Total variation ``(1/2) sum |p - q|``, in [0, 1].
+    js : float
+        Jensen-Shannon divergence in bits, in [0, 1].
+    chi2_p_value : float
+        Pearson's chi-square test of homogeneity on the 2 x K counts (NaN for an empty sample).
+    sizes : tuple of int
+        Number of labels in each sample.
+    """
 
     tv: float
     js: float

@@ -32,17 +32,51 @@ DETECTORS: tuple[str, ...] = ("adwin", "page_hinkley")
 
 
 @dataclass(frozen=True)
+class AdwinSettings:
+    """ADWIN (Bifet and Gavalda, SDM 2007), checked every item.
+
+    Attributes
+    ----------
+    delta : float
+        Confidence: a cut needs a difference of means significant at this level.
+    resolution : float
+        ADWIN is fed ``x / resolution``, so that this difference counts as one unit.
+    grace_period, min_window : int
+        Items before the first check, and the shortest sub-window compared.
+    """
+
+    delta: float = 0.002
+    resolution: float = 0.02
+    grace_period: int = 5
+    min_window: int = 3
+
+
+@dataclass(frozen=True)
+class PageHinkleySettings:
+    """Page-Hinkley (Page, Biometrika 1954) in both directions.
+
+    Attributes
+    ----------
+    delta, threshold : float
+        The tolerated change, and the alarm threshold on the cumulative deviation.
+    min_instances : int
+        Items before an alarm is possible.
+    alpha : float
+        Forgetting factor of the running mean.
+    """
+
+    delta: float = 0.02
+    threshold: float = 0.5
+    min_instances: int = 5
+    alpha: float = 1.0 - 1e-4
+
+
+@dataclass(frozen=True)
 class DetectorSettings:
     """Parameters of both detectors, scaled for [0, 1] metrics (module docstring)."""
 
-    adwin_delta: float = 0.002
-    adwin_resolution: float = 0.02
-    adwin_grace_period: int = 5
-    adwin_min_window: int = 3
-    ph_delta: float = 0.02
-    ph_threshold: float = 0.5
-    ph_min_instances: int = 5
-    ph_alpha: float = 1.0 - 1e-4
+    adwin: AdwinSettings = field(default_factory=AdwinSettings)
+    page_hinkley: PageHinkleySettings = field(default_factory=PageHinkleySettings)
 
 
 class _River(Protocol):
@@ -58,18 +92,18 @@ def make_detector(kind: str, settings: DetectorSettings) -> _River:
 
     if kind == "adwin":
         det: _River = drift.ADWIN(  # type: ignore[no-untyped-call]
-            delta=settings.adwin_delta,
+            delta=settings.adwin.delta,
             clock=1,
-            grace_period=settings.adwin_grace_period,
-            min_window_length=settings.adwin_min_window,
+            grace_period=settings.adwin.grace_period,
+            min_window_length=settings.adwin.min_window,
         )
         return det
     if kind == "page_hinkley":
         det = drift.PageHinkley(
-            min_instances=settings.ph_min_instances,
-            delta=settings.ph_delta,
-            threshold=settings.ph_threshold,
-            alpha=settings.ph_alpha,
+            min_instances=settings.page_hinkley.min_instances,
+            delta=settings.page_hinkley.delta,
+            threshold=settings.page_hinkley.threshold,
+            alpha=settings.page_hinkley.alpha,
             mode="both",
         )
         return det
@@ -122,7 +156,7 @@ class ChangeMonitor:
             self._steps[s] = step + 1
             for d in self.detectors:
                 det = self._state[(d, s)]
-                det.update(v / self.settings.adwin_resolution if d == "adwin" else v)
+                det.update(v / self.settings.adwin.resolution if d == "adwin" else v)
                 if det.drift_detected:
                     self.counts[(d, s)] += 1
                     alarms.append(Detection(d, s, step, float(v)))

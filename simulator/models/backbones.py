@@ -152,40 +152,55 @@ class IdentityBackbone(Backbone):
         return _float_rows(x, self.input_dim)
 
 
-class LSTMBackbone(Backbone):
+@dataclass(frozen=True)
+class TokenInput:
+    """What a token backbone reads: the vocabulary size, its padding id, the longest row."""
+
+    vocab_size: int
+    pad_id: int = 0
+    max_len: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self.vocab_size, "backbone.vocab_size")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(
+                f"pad_id {self.pad_id} outside [0, {self.vocab_size})", "backbone.pad_id"
+            )
+
+
+class TokenBackbone(Backbone):
+    """Base class of the backbones that read int token ids ``(n, seq_len)``."""
+
+    vocab_size: int
+    pad_id: int
+
+    def _read_tokens(self, spec: BackboneSpec, tokens: TokenInput) -> None:
+        self.vocab_size = tokens.vocab_size
+        self.pad_id = tokens.pad_id
+        self.feature_dim = spec.feature_dim
+        self.input_kind = "tokens"
+
+
+class LSTMBackbone(TokenBackbone):
     """Embedding -> LSTM -> mean of outputs over non-pad tokens -> Linear -> tanh."""
 
-    def __init__(  # noqa: PLR0913 (nn.Module constructor: its layers' sizes, as torch's)
-        self,
-        vocab_size: int,
-        embed_dim: int,
-        hidden: int,
-        feature_dim: int,
-        pad_id: int = 0,
-        *,
-        layers: int = 1,
-        dropout: float = 0.0,
-        generator: torch.Generator,
+    def __init__(
+        self, spec: BackboneSpec, tokens: TokenInput, *, generator: torch.Generator
     ) -> None:
         super().__init__()
-        self.vocab_size = _positive(vocab_size, "backbone.vocab_size")
-        if not 0 <= pad_id < self.vocab_size:
-            raise ConfigError(f"pad_id {pad_id} outside [0, {self.vocab_size})", "backbone.pad_id")
-        self.pad_id = pad_id
-        self.feature_dim = _positive(feature_dim, "backbone.feature_dim")
-        self.input_kind = "tokens"
-        n_layers = _positive(layers, "backbone.layers")
-        p = _dropout(dropout)
+        self._read_tokens(spec, tokens)
+        if len(spec.hidden) != 1:
+            raise ConfigError("an lstm backbone takes one hidden width", "backbone.hidden")
+        hidden = spec.hidden[0]
+        p = _dropout(spec.dropout)
         with seeded_rng(generator):
-            self.embed = nn.Embedding(
-                self.vocab_size, _positive(embed_dim, "backbone.embed_dim"), padding_idx=pad_id
-            )
+            self.embed = nn.Embedding(self.vocab_size, spec.embed_dim, padding_idx=self.pad_id)
             self.lstm = nn.LSTM(
-                embed_dim,
-                _positive(hidden, "backbone.hidden"),
-                num_layers=n_layers,
+                spec.embed_dim,
+                hidden,
+                num_layers=spec.layers,
                 batch_first=True,
-                dropout=p if n_layers > 1 else 0.0,
+                dropout=p if spec.layers > 1 else 0.0,
             )
             self.proj = nn.Linear(hidden, self.feature_dim)
 
@@ -196,52 +211,40 @@ class LSTMBackbone(Backbone):
         return torch.tanh(self.proj(masked_mean(out, seq)))
 
 
-class TransformerBackbone(Backbone):
+class TransformerBackbone(TokenBackbone):
     """Tiny pre-LN Transformer encoder with learned positions, mean-pooled over non-pad tokens.
 
     The feed-forward width is ``2 * embed_dim``. Rows with no token at all pool to
     zero before the final ``Linear -> tanh``.
     """
 
-    def __init__(  # noqa: PLR0913 (nn.Module constructor: its layers' sizes, as torch's)
-        self,
-        vocab_size: int,
-        embed_dim: int,
-        heads: int,
-        layers: int,
-        feature_dim: int,
-        max_len: int,
-        pad_id: int = 0,
-        *,
-        dropout: float = 0.0,
-        generator: torch.Generator,
+    def __init__(
+        self, spec: BackboneSpec, tokens: TokenInput, *, generator: torch.Generator
     ) -> None:
         super().__init__()
-        self.vocab_size = _positive(vocab_size, "backbone.vocab_size")
-        if not 0 <= pad_id < self.vocab_size:
-            raise ConfigError(f"pad_id {pad_id} outside [0, {self.vocab_size})", "backbone.pad_id")
-        if _positive(embed_dim, "backbone.embed_dim") % _positive(heads, "backbone.heads"):
+        self._read_tokens(spec, tokens)
+        embed_dim, heads = spec.embed_dim, spec.heads
+        if embed_dim % heads:
             raise ConfigError(
                 f"embed_dim {embed_dim} is not divisible by heads {heads}", "backbone.heads"
             )
-        self.pad_id = pad_id
-        self.max_len = _positive(max_len, "backbone.max_len")
-        self.feature_dim = _positive(feature_dim, "backbone.feature_dim")
-        self.input_kind = "tokens"
+        if tokens.max_len is None:
+            raise ConfigError("a transformer backbone needs max_len", "backbone.max_len")
+        self.max_len = _positive(tokens.max_len, "backbone.max_len")
         with seeded_rng(generator):
-            self.embed = nn.Embedding(self.vocab_size, embed_dim, padding_idx=pad_id)
+            self.embed = nn.Embedding(self.vocab_size, embed_dim, padding_idx=self.pad_id)
             self.position = nn.Embedding(self.max_len, embed_dim)
             layer = nn.TransformerEncoderLayer(
                 embed_dim,
                 heads,
                 dim_feedforward=2 * embed_dim,
-                dropout=_dropout(dropout),
+                dropout=_dropout(spec.dropout),
                 batch_first=True,
                 norm_first=True,
             )
             self.encoder = nn.TransformerEncoder(
                 layer,
-                _positive(layers, "backbone.layers"),
+                spec.layers,
                 norm=nn.LayerNorm(embed_dim),
                 enable_nested_tensor=False,
             )
@@ -324,29 +327,10 @@ def build_backbone(
             generator=generator,
         )
     if spec.kind == "lstm":
-        if len(spec.hidden) != 1:
-            raise ConfigError("an lstm backbone takes one hidden width", "backbone.hidden")
-        return LSTMBackbone(
-            need(vocab_size, "vocab_size"),
-            spec.embed_dim,
-            spec.hidden[0],
-            spec.feature_dim,
-            pad_id,
-            layers=spec.layers,
-            dropout=spec.dropout,
-            generator=generator,
-        )
-    return TransformerBackbone(
-        need(vocab_size, "vocab_size"),
-        spec.embed_dim,
-        spec.heads,
-        spec.layers,
-        spec.feature_dim,
-        need(max_len, "max_len"),
-        pad_id,
-        dropout=spec.dropout,
-        generator=generator,
-    )
+        tokens = TokenInput(need(vocab_size, "vocab_size"), pad_id)
+        return LSTMBackbone(spec, tokens, generator=generator)
+    tokens = TokenInput(need(vocab_size, "vocab_size"), pad_id, need(max_len, "max_len"))
+    return TransformerBackbone(spec, tokens, generator=generator)
 
 
 class ExtractorWithHead(nn.Module):
@@ -354,7 +338,12 @@ class ExtractorWithHead(nn.Module):
 
     The certified head of DecoRemoval is trained separately on the frozen features
     (``notes/method.md`` section 1); this layer is discarded after extractor training.
+    ``input_kind`` (what the backbone takes) and ``feature_dim`` (the width of ``h``) are the
+    backbone's.
     """
+
+    input_kind: InputKind
+    feature_dim: int
 
     def __init__(self, backbone: Backbone, num_classes: int, *, generator: torch.Generator) -> None:
         super().__init__()
@@ -362,18 +351,10 @@ class ExtractorWithHead(nn.Module):
             raise ConfigError(f"need at least 2 classes, got {num_classes!r}", "num_classes")
         self.backbone = backbone
         self.num_classes = num_classes
+        self.input_kind = backbone.input_kind
+        self.feature_dim = backbone.feature_dim
         with seeded_rng(generator):
             self.head = nn.Linear(backbone.feature_dim, num_classes)
-
-    @property
-    def input_kind(self) -> InputKind:
-        """``"float"`` or ``"tokens"``: what the backbone takes."""
-        return self.backbone.input_kind
-
-    @property
-    def feature_dim(self) -> int:
-        """Width of the features ``h``."""
-        return self.backbone.feature_dim
 
     def features(self, x: Tensor) -> Tensor:
         """The extractor's features ``h`` of shape ``(n, feature_dim)``."""
