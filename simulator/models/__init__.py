@@ -16,6 +16,7 @@ from simulator.models.backbones import (
     MLPBackbone,
     TransformerBackbone,
     build_backbone,
+    build_network,
 )
 from simulator.models.device import DeviceSetting, draw_seed, resolve_device, seeded_rng
 from simulator.models.fedavg import (
@@ -46,6 +47,7 @@ __all__ = [
     "StateArrays",
     "TransformerBackbone",
     "build_backbone",
+    "build_network",
     "client_generator",
     "draw_seed",
     "extract_features",

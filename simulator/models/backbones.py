@@ -19,9 +19,11 @@ untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
+import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from simulator.errors import ConfigError, InputError
@@ -365,3 +367,28 @@ class ExtractorWithHead(nn.Module):
         """Logits ``(n, num_classes)`` of the temporary head."""
         logits: Tensor = self.head(self.features(x))
         return logits
+
+
+def build_network(
+    spec: BackboneSpec,
+    x: NDArray[Any],
+    *,
+    tokens: bool,
+    vocab_size: int | None,
+    num_classes: int,
+    generator: torch.Generator,
+) -> ExtractorWithHead:
+    """The extractor ``spec`` describes for inputs shaped like ``x``, plus a linear classifier.
+
+    Token inputs (``tokens``) are ``(n, max_len)`` ids of a ``vocab_size`` vocabulary; any other
+    input is flattened to ``prod(x.shape[1:])`` features. Both parts are initialised from
+    ``generator``, the backbone first.
+    """
+    backbone = build_backbone(
+        spec,
+        input_dim=None if tokens else int(np.prod(x.shape[1:])),
+        vocab_size=vocab_size,
+        max_len=int(x.shape[1]) if tokens else None,
+        generator=generator,
+    )
+    return ExtractorWithHead(backbone, num_classes, generator=generator)

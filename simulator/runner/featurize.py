@@ -22,7 +22,7 @@ from simulator.models import (
     ExtractorWithHead,
     LocalUpdate,
     StateArrays,
-    build_backbone,
+    build_network,
     client_generator,
     load_arrays,
     local_train,
@@ -36,20 +36,17 @@ from simulator.seeds import child_rng, child_seed
 
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     """The backbone the scenario names, initialised from the extractor stage's seed."""
-    spec = backbone_spec(scenario)
-    gen = torch.Generator().manual_seed(child_seed(scenario.seed, "extractor"))
-    tokens = dataset.modality == "tokens"
-    backbone = build_backbone(
-        spec,
-        input_dim=None if tokens else int(np.prod(dataset.x_train.shape[1:])),
+    return build_network(
+        backbone_spec(scenario),
+        dataset.x_train,
+        tokens=dataset.modality == "tokens",
         vocab_size=dataset.vocab_size,
-        max_len=int(dataset.x_train.shape[1]) if tokens else None,
-        generator=gen,
+        num_classes=dataset.num_classes,
+        generator=torch.Generator().manual_seed(child_seed(scenario.seed, "extractor")),
     )
-    return ExtractorWithHead(backbone, dataset.num_classes, generator=gen)
 
 
-def client_update(  # noqa: PLR0913 (ClientUpdate's inputs, keyword-only: the ClientApp passes its message's fields)
+def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes its message's fields)
     scenario: Scenario,
     model: ExtractorWithHead,
     x: NDArray[Any],

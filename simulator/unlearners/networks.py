@@ -20,7 +20,7 @@ from torch.func import functional_call, grad, vmap
 from simulator.errors import InputError
 from simulator.models import (
     ExtractorWithHead,
-    build_backbone,
+    backbones,
     local_train,
     resolve_device,
 )
@@ -43,15 +43,14 @@ def build_network(
     settings: ModelSettings, train: TrainingSet, generator: torch.Generator
 ) -> ExtractorWithHead:
     """The scenario's backbone plus a linear classifier, initialised from ``generator``."""
-    tokens = train.tokens
-    backbone = build_backbone(
+    return backbones.build_network(
         settings.backbone,
-        input_dim=None if tokens else int(np.prod(train.x.shape[1:])),
+        train.x,
+        tokens=train.tokens,
         vocab_size=train.vocab_size,
-        max_len=int(train.x.shape[1]) if tokens else None,
+        num_classes=train.num_classes,
         generator=generator,
     )
-    return ExtractorWithHead(backbone, train.num_classes, generator=generator)
 
 
 def as_input(x: NDArray[Any], device: torch.device) -> Tensor:
