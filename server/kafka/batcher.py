@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaConsumer, TopicPartition
 
+from server.kafka.settings import consumer_default
 from server.kafka.wire import Incoming
 
 
@@ -24,7 +25,7 @@ class BatchPolicy:
     """How requests are grouped into one certified removal."""
 
     max_requests: int = 500
-    max_wait: float = 0.2
+    max_wait: float = consumer_default("max_wait")
     max_hold: float = 30.0
     poll_timeout: float = 0.1
 

