@@ -216,9 +216,9 @@ def write_sst2(root: Path) -> None:
 def test_sst2_reader_and_source(tmp_path: Path) -> None:
     write_sst2(tmp_path / "SST-2")
     splits = read_sst2(tmp_path / "SST-2")
-    assert len(splits.train_sentences) == 20 and splits.train_sentences[1] == 'the "plot" is a mess'
-    assert splits.train_labels[:2].tolist() == [1, 0]
-    assert splits.test_sentences == ("it 's a charming journey .", "tedious and dull")
+    assert len(splits.x_train) == 20 and splits.x_train[1] == 'the "plot" is a mess'
+    assert splits.y_train[:2].tolist() == [1, 0]
+    assert splits.x_test == ("it 's a charming journey .", "tedious and dull")
     spec = DataSpec.model_validate({
         "source": "sst2", "path": str(tmp_path / "SST-2"),
         "text": {"representation": "tokens", "max_len": 6, "vocab_size": 10},

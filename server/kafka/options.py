@@ -29,32 +29,27 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
         choices=("scenario", "kafka"),
         help="where deletion requests come from (default: the scenario's stream.source)",
     )
-    parser.add_argument(
-        "--group", default=consumer_default("group"), help="consumer group (offset commits)"
-    )
+    add_setting(parser, "group", "consumer group (offset commits; default: %(default)s)")
     parser.add_argument(
         "--state-dir", help="checkpoint folder (default: OUTPUT/kafka-state); reused on restart"
     )
-    parser.add_argument(
-        "--max-batch-requests",
-        type=int,
-        default=consumer_default("max_batch_requests"),
-        help="most requests in one certified removal (default: the scenario's "
+    add_setting(
+        parser,
+        "max_batch_requests",
+        "most requests in one certified removal (default: the scenario's "
         "stream.max_batch_requests)",
     )
-    parser.add_argument(
-        "--max-wait",
-        type=float,
-        default=consumer_default("max_wait"),
+    add_setting(
+        parser,
+        "max_wait",
+        "longest wait for more requests once caught up (default: %(default)s)",
         metavar="SECONDS",
-        help="longest wait for more requests once caught up (default: %(default)s)",
     )
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=consumer_default("idle_timeout"),
+    add_setting(
+        parser,
+        "idle_timeout",
+        "stop after this long without a request (default 0: run until SIGTERM/SIGINT)",
         metavar="SECONDS",
-        help="stop after this long without a request (default 0: run until SIGTERM/SIGINT)",
     )
     parser.add_argument(
         "--no-fsync",
@@ -79,6 +74,15 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
     add_security_options(parser)
 
 
+def add_setting(
+    parser: argparse.ArgumentParser, name: str, text: str, *, metavar: str | None = None
+) -> None:
+    """``--NAME`` for the consumer setting ``name``, with the setting's type and default."""
+    default = consumer_default(name)
+    flag = "--" + name.replace("_", "-")
+    parser.add_argument(flag, type=type(default), default=default, metavar=metavar, help=text)
+
+
 def add_security_options(parser: argparse.ArgumentParser) -> None:
     """Who may delete what (docs/security.md)."""
     parser.add_argument(
@@ -88,28 +92,25 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
         help="apply a request only for rows its subject owns (default: %(default)s)",
     )
     add_signing_options(parser, "require requests signed with the key")
-    parser.add_argument(
-        "--subject-rate-limit",
-        type=int,
-        default=consumer_default("subject_rate_limit"),
-        metavar="N",
-        help="most requests one subject may have accepted per window; 0: no limit "
+    add_setting(
+        parser,
+        "subject_rate_limit",
+        "most requests one subject may have accepted per window; 0: no limit "
         "(default: %(default)s)",
+        metavar="N",
     )
-    parser.add_argument(
-        "--subject-rate-window",
-        type=float,
-        default=consumer_default("subject_rate_window"),
+    add_setting(
+        parser,
+        "subject_rate_window",
+        "the rate limit's window (default: %(default)s)",
         metavar="SECONDS",
-        help="the rate limit's window (default: %(default)s)",
     )
-    parser.add_argument(
-        "--min-removal-batch",
-        type=int,
-        default=consumer_default("min_removal_batch"),
+    add_setting(
+        parser,
+        "min_removal_batch",
+        "hold a client's removals until they cover K rows, so that one removal message "
+        "never describes fewer than K samples (default: %(default)s, no holding)",
         metavar="K",
-        help="hold a client's removals until they cover K rows, so that one removal message "
-        "never describes fewer than K samples (default: 1, no holding)",
     )
 
 

@@ -17,7 +17,7 @@ from simulator.data._optional import package_file
 from simulator.data.cifar import read_cifar10
 from simulator.data.idx import read_idx_dir
 from simulator.data.image_splits import ImageSplits
-from simulator.data.raw import FeatureSet, LoadRequest, RawSource, require_path
+from simulator.data.raw import FeatureSet, LoadRequest, RawSource, raw_source, require_path
 from simulator.errors import DataUnavailableError, InputError
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -59,22 +59,20 @@ class PixelScaler:
         return np.ascontiguousarray(flat.clip(0.0, 1.0))
 
 
-def _flat(x: NDArray[np.uint8] | None) -> NDArray[np.uint8] | None:
-    return None if x is None else x.reshape(x.shape[0], -1)
+def _flat(x: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """Images ``(n, C, H, W)`` as rows ``(n, C*H*W)``."""
+    return x.reshape(x.shape[0], -1)
 
 
 def image_source(name: str, splits: ImageSplits) -> RawSource:
     """Wrap uint8 :class:`ImageSplits` as a :class:`RawSource` (pixels / 255 when featurised)."""
-    return RawSource(
-        name=name,
-        x_train=_flat(splits.x_train),
-        y_train=splits.y_train,
-        x_test=_flat(splits.x_test),
-        y_test=splits.y_test,
-        class_names=splits.class_names,
+    return raw_source(
+        name,
+        splits,
+        _flat,
         modality="image",
-        image_shape=splits.image_shape,
         featurizer=PixelScaler(255.0),
+        image_shape=splits.image_shape,
     )
 
 

@@ -8,9 +8,10 @@ split), restrict to ``classes`` (others become OOD), subsample, featurise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,6 +20,8 @@ from simulator.data.dataset import Dataset, Modality
 from simulator.data.selection import IntArray, select_classes, stratified_sample, stratified_split
 from simulator.errors import ConfigError
 from simulator.scenario.data_spec import DataSpec
+
+Rows = TypeVar("Rows")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,20 @@ class Featurizer(Protocol):
 
 
 @dataclass(frozen=True)
+class Splits(Generic[Rows]):
+    """Labelled rows as a reader returns them.
+
+    ``x_test``/``y_test`` are ``None`` when the files hold no test split.
+    """
+
+    x_train: Rows
+    y_train: IntArray
+    x_test: Rows | None
+    y_test: IntArray | None
+    class_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RawSource:
     """A source's rows before the shared selection steps.
 
@@ -79,6 +96,29 @@ class RawSource:
     featurizer: Featurizer | None = None
     ood_x: NDArray[Any] | None = None
     ood_y: IntArray | None = None
+
+
+def raw_source(
+    name: str,
+    splits: Splits[Rows],
+    rows: Callable[[Rows], Any],
+    *,
+    modality: Modality,
+    featurizer: Featurizer,
+    image_shape: tuple[int, int, int] | None = None,
+) -> RawSource:
+    """``splits`` as the :class:`RawSource` ``name``, each split's rows passed through ``rows``."""
+    return RawSource(
+        name=name,
+        x_train=rows(splits.x_train),
+        y_train=splits.y_train,
+        x_test=None if splits.x_test is None else rows(splits.x_test),
+        y_test=splits.y_test,
+        class_names=splits.class_names,
+        modality=modality,
+        image_shape=image_shape,
+        featurizer=featurizer,
+    )
 
 
 def require_path(spec: DataSpec, what: str) -> Path:

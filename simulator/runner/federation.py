@@ -227,6 +227,23 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
     return [ids[part] for part in parts], public
 
 
+def deletion_stream(
+    scenario: Scenario, ds: Dataset, shards: list[IntArray]
+) -> list[DeletionRequest]:
+    """The scenario's generated deletion requests over the client ``shards`` of ``ds``.
+
+    Targets name original labels (``data.classes``), so the labels are mapped back first.
+    """
+    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
+    return generate_stream(
+        scenario.stream,
+        client_indices=shards,
+        labels=labels,
+        scenario_name=scenario.name,
+        rng=child_rng(scenario.seed, "stream"),
+    )
+
+
 def build_federation(
     scenario: Scenario,
     *,
@@ -278,14 +295,7 @@ def build_federation(
         rng=child_rng(scenario.seed, "head"),
     )
     eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
-    requests = generate_stream(
-        scenario.stream,
-        client_indices=shards,
-        labels=labels,
-        scenario_name=scenario.name,
-        rng=child_rng(scenario.seed, "stream"),
-    )
+    requests = deletion_stream(scenario, ds, shards)
     all_client = np.sort(np.concatenate(shards))
     probe_rng = child_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))
