@@ -69,3 +69,17 @@ def test_internal_configs_default_to_the_scenario_sections(
     for name, from_section, from_config in shared_defaults(section, config):
         expected = tuple(from_section) if isinstance(from_section, list) else from_section
         assert expected == from_config, name
+
+
+def test_produce_and_broker_defaults_are_the_library_defaults() -> None:
+    import inspect
+
+    from server.kafka.broker import KAFKA_PORT, MEMORY_STORAGE, LocalBroker
+    from server.kafka.topics import ensure_topics
+
+    produce = build_parser().parse_args(["produce", "x.yaml"])
+    partitions = inspect.signature(ensure_topics).parameters["request_partitions"].default
+    assert produce.partitions == partitions
+    broker = build_parser().parse_args(["broker", "start"])
+    storage = inspect.signature(LocalBroker).parameters["storage"].default
+    assert (broker.port, broker.storage) == (KAFKA_PORT, storage) == (KAFKA_PORT, MEMORY_STORAGE)

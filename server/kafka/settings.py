@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #: What to do when the requests log no longer holds what the checkpoint expects.
 OffsetGap = Literal["fail", "replay", "skip"]
 OFFSET_GAP_POLICIES: tuple[str, ...] = get_args(OffsetGap)
+#: Partitions of a new requests topic: one, so that requests are applied in the order sent.
+REQUEST_PARTITIONS = 1
 
 
 class ConsumerSettings(BaseModel):

@@ -17,7 +17,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.security import client_options
-from server.kafka.settings import ConsumerSettings, consumer_default
+from server.kafka.settings import REQUEST_PARTITIONS, ConsumerSettings, consumer_default
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def ensure_topics(
     bootstrap: str,
     topics: Topics,
     *,
-    request_partitions: int = 1,
+    request_partitions: int = REQUEST_PARTITIONS,
     timeout: float = 30.0,
 ) -> None:
     """Create the topics that do not exist yet (existing ones are left as they are).
