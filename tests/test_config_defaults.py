@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from server.cli import build_parser
-from server.kafka.batcher import BatchPolicy
-from server.kafka.gate import GatePolicy
+from server.kafka.batcher import BatchConfig
+from server.kafka.gate import GateConfig
 from server.kafka.launch import stream_from_args
 from server.kafka.settings import ConsumerSettings, consumer_default
 from server.kafka.topics import Topics
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
+from simulator.models import BackboneConfig
 from simulator.scenario import DecorrelationSpec, HeadSpec, ModelSpec
 from simulator.scenario._base import Section
 
@@ -39,8 +39,8 @@ def test_produce_topics_default_to_the_consumer_settings() -> None:
 def test_kafka_objects_default_to_the_consumer_settings() -> None:
     settings = ConsumerSettings()
     assert Topics() == Topics.of(settings)
-    assert BatchPolicy(max_requests=1).max_wait == settings.max_wait
-    gate = GatePolicy()
+    assert BatchConfig(max_requests=1).max_wait == settings.max_wait
+    gate = GateConfig()
     assert (gate.ownership, gate.rate_limit, gate.rate_window) == (
         settings.ownership,
         settings.subject_rate_limit,
@@ -61,7 +61,7 @@ def shared_defaults(section: type[Section], config: type[Any]) -> list[tuple[str
 
 @pytest.mark.parametrize(
     ("section", "config"),
-    [(HeadSpec, HeadConfig), (DecorrelationSpec, DecorrelationConfig), (ModelSpec, BackboneSpec)],
+    [(HeadSpec, HeadConfig), (DecorrelationSpec, DecorrelationConfig), (ModelSpec, BackboneConfig)],
 )
 def test_internal_configs_default_to_the_scenario_sections(
     section: type[Section], config: type[Any]

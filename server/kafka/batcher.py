@@ -21,7 +21,7 @@ from server.kafka.wire import Incoming
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchConfig:
     """How requests are grouped into one certified removal."""
 
     max_requests: int = 500
@@ -37,7 +37,7 @@ class BatchPolicy:
 
 
 def next_batch(
-    consumer: KafkaConsumer, parts: list[TopicPartition], policy: BatchPolicy
+    consumer: KafkaConsumer, parts: list[TopicPartition], policy: BatchConfig
 ) -> list[Incoming]:
     """The next micro-batch, or ``[]`` after one empty poll (so the caller can check for stop)."""
     batch: list[Incoming] = []

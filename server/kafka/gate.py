@@ -35,7 +35,7 @@ REASONS = ("bad_signature", "not_owner", RATE_LIMITED)
 
 
 @dataclass(frozen=True)
-class GatePolicy:
+class GateConfig:
     """What the gate checks.
 
     ``ownership``: enforce the registry. ``signing_key``: require signed records (None: not).
@@ -54,7 +54,7 @@ class GatePolicy:
     def __repr__(self) -> str:  # never print the key
         key = "set" if self.signing_key else "none"
         return (
-            f"GatePolicy(ownership={self.ownership}, signing_key={key}, "
+            f"GateConfig(ownership={self.ownership}, signing_key={key}, "
             f"rate_limit={self.rate_limit}, rate_window={self.rate_window})"
         )
 
@@ -69,7 +69,7 @@ def registry_of(fed: Federation) -> SubjectRegistry:
 
 
 class Gate:
-    """Applies a :class:`GatePolicy`.
+    """Applies a :class:`GateConfig`.
 
     Parameters
     ----------
@@ -82,7 +82,7 @@ class Gate:
 
     def __init__(
         self,
-        policy: GatePolicy,
+        policy: GateConfig,
         registry: SubjectRegistry | None,
         windows: dict[str, list[int]],
         *,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from server.kafka.batcher import BatchPolicy
+from server.kafka.batcher import BatchConfig
 from server.kafka.consumer import ConsumerConfig, EventHook
-from server.kafka.gate import GatePolicy
+from server.kafka.gate import GateConfig
 from server.kafka.session import consume
 from server.kafka.settings import ConsumerSettings
 from server.kafka.signing import load_key
@@ -73,7 +73,7 @@ def consumer_config(
         env_var=stream.signing_key_env or None,
         path=Path(stream.signing_key_file) if stream.signing_key_file else None,
     )
-    gate = GatePolicy(
+    gate = GateConfig(
         ownership=stream.ownership,
         signing_key=key,
         rate_limit=stream.subject_rate_limit,
@@ -84,7 +84,7 @@ def consumer_config(
         state_dir=state,
         topics=Topics.of(stream),
         group_id=stream.group,
-        batch=BatchPolicy(
+        batch=BatchConfig(
             max_requests=stream.max_batch_requests or scenario.stream.max_batch_requests,
             max_wait=stream.max_wait,
         ),

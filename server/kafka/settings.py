@@ -2,7 +2,7 @@
 
 The same settings come from ``unlearnsim run --stream kafka``'s options
 (:func:`server.kafka.launch.stream_from_args`) and from a Flower run config's ``kafka-*`` keys
-(:class:`server.flower.settings.RunConfig`); :func:`server.kafka.launch.consumer_config` turns
+(:class:`server.flower.settings.RunSettings`); :func:`server.kafka.launch.consumer_config` turns
 them into the consumer's configuration.
 """
 

@@ -30,7 +30,7 @@ from simulator.metrics.mia import (
     mia_efficacy,
     threshold_attacks,
 )
-from simulator.metrics.online import DETECTORS, ChangeMonitor, Detection, DetectorSettings
+from simulator.metrics.online import DETECTORS, ChangeMonitor, Detection, DetectorConfig
 from simulator.metrics.roc import (
     DEFAULT_FPRS,
     AttackSummary,
@@ -64,7 +64,7 @@ __all__ = [
     "CertificateStatus",
     "ChangeMonitor",
     "Detection",
-    "DetectorSettings",
+    "DetectorConfig",
     "EfficacyResult",
     "LabelShift",
     "LiraReferences",

@@ -262,7 +262,7 @@ class TransformerBackbone(Backbone):
 
 
 @dataclass(frozen=True)
-class BackboneSpec:
+class BackboneConfig:
     """What extractor to build (the ``backbone`` block of a scenario)."""
 
     kind: BackboneKind
@@ -288,7 +288,7 @@ class BackboneSpec:
 
 
 def build_backbone(
-    spec: BackboneSpec,
+    spec: BackboneConfig,
     *,
     input_dim: int | None,
     vocab_size: int | None,

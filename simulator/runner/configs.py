@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
+from simulator.models import BackboneConfig
 from simulator.scenario import Scenario
 from simulator.scenario._base import Section
 
@@ -36,9 +36,9 @@ def from_section(section: Section, config: type[ConfigT], **extra: Any) -> Confi
     return config(**{**shared, **extra})
 
 
-def backbone_spec(scenario: Scenario) -> BackboneSpec:
+def backbone_config(scenario: Scenario) -> BackboneConfig:
     """The extractor the ``model`` section names."""
-    return from_section(scenario.model, BackboneSpec, kind=scenario.model.backbone)
+    return from_section(scenario.model, BackboneConfig, kind=scenario.model.backbone)
 
 
 def head_config(scenario: Scenario) -> HeadConfig:

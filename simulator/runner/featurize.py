@@ -32,7 +32,7 @@ from simulator.models import (
     local_train,
     state_to_arrays,
 )
-from simulator.runner.configs import backbone_spec
+from simulator.runner.configs import backbone_config
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng, child_seed
 
@@ -56,7 +56,7 @@ class Featurizer:
 
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     """The backbone the scenario names, initialised from the extractor stage's seed."""
-    spec = backbone_spec(scenario)
+    spec = backbone_config(scenario)
     gen = torch.Generator().manual_seed(child_seed(scenario.seed, "extractor"))
     tokens = dataset.modality == "tokens"
     backbone = build_backbone(

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from simulator.unlearners.base import FloatArray, NoOptions
+from simulator.unlearners.base import FloatArray, NoConfig
 from simulator.unlearners.headbased import CertifiedHeadUnlearner, SampleWeights
 
 
-class CertifiedRemoval(CertifiedHeadUnlearner[NoOptions]):
+class CertifiedRemoval(CertifiedHeadUnlearner[NoConfig]):
     """Certified removal (Guo et al. 2020) on frozen RFF features, no decorrelation."""
 
     name: ClassVar[str] = "cr"
     guarantee: ClassVar[str] = "(eps, delta)-certified head; extractor not certified"
-    options_type: ClassVar[type[NoOptions]] = NoOptions
+    options_type: ClassVar[type[NoConfig]] = NoConfig
 
     def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
         return SampleWeights(None, None, {})

@@ -28,7 +28,7 @@ from simulator.unlearners.networks import as_input, build_network, device_of, ne
 
 
 @dataclass(frozen=True)
-class DpsgdOptions:
+class DpsgdConfig:
     """Noise multiplier ``z`` and clipping norm ``C`` of DP-SGD (Abadi et al. 2016, Alg. 1)."""
 
     noise_multiplier: float = 1.0
@@ -59,12 +59,12 @@ def _opacus() -> Any:
     return opacus
 
 
-class DpSgd(BaseUnlearner[DpsgdOptions]):
+class DpSgd(BaseUnlearner[DpsgdConfig]):
     """DP-SGD training (opacus); :meth:`remove` only records the deletion."""
 
     name: ClassVar[str] = "dpsgd"
     guarantee: ClassVar[str] = "(eps, delta)-DP training; removal is a no-op"
-    options_type: ClassVar[type[DpsgdOptions]] = DpsgdOptions
+    options_type: ClassVar[type[DpsgdConfig]] = DpsgdConfig
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[DpsgdState, FitReport]:
         opacus = _opacus()

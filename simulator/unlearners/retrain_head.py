@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from simulator.unlearners.base import FloatArray, NoOptions
+from simulator.unlearners.base import FloatArray, NoConfig
 from simulator.unlearners.headbased import CertifiedHeadUnlearner, SampleWeights
 
 
-class RetrainHead(CertifiedHeadUnlearner[NoOptions]):
+class RetrainHead(CertifiedHeadUnlearner[NoConfig]):
     """Head retrained from scratch per removal on frozen RFF features, uniform weights."""
 
     name: ClassVar[str] = "retrain_head"
     guarantee: ClassVar[str] = "exact for the head (extractor trained on all rows)"
-    options_type: ClassVar[type[NoOptions]] = NoOptions
+    options_type: ClassVar[type[NoConfig]] = NoConfig
 
     def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
         return SampleWeights(None, None, {})
