@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,9 +64,20 @@ class _FromData(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, fed: Federation, owner: type | None = None) -> T:
+    @overload
+    def __get__(self, fed: None, owner: type) -> _FromData[T]: ...
+
+    @overload
+    def __get__(self, fed: Federation, owner: type | None = None) -> T: ...
+
+    def __get__(self, fed: Federation | None, owner: type | None = None) -> T | _FromData[T]:
+        if fed is None:
+            return self
         value: T = getattr(fed.data, self.name)
         return value
+
+    def __set__(self, fed: Federation, value: T) -> None:
+        raise AttributeError(f"{self.name} is part of the federation's fixed data")
 
 
 #: Version of :meth:`Federation.state_dict`'s layout.
