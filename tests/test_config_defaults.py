@@ -74,7 +74,8 @@ def test_internal_configs_default_to_the_scenario_sections(
 def test_produce_and_broker_defaults_are_the_library_defaults() -> None:
     import inspect
 
-    from server.kafka.broker import KAFKA_PORT, MEMORY_STORAGE, LocalBroker
+    from server.kafka.broker import LocalBroker
+    from server.kafka.settings import KAFKA_PORT, MEMORY_STORAGE
     from server.kafka.topics import ensure_topics
 
     produce = build_parser().parse_args(["produce", "x.yaml"])

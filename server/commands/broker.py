@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from server.kafka.broker import KAFKA_PORT, MEMORY_STORAGE
+from server.kafka.settings import KAFKA_PORT, MEMORY_STORAGE
 from simulator.errors import ConfigError
 
 DEFAULT_FILE = ".unlearnsim/broker.json"

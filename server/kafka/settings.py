@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 #: What to do when the requests log no longer holds what the checkpoint expects.
 OffsetGap = Literal["fail", "replay", "skip"]
 OFFSET_GAP_POLICIES: tuple[str, ...] = get_args(OffsetGap)
+#: Kafka's usual port, where ``unlearnsim broker start`` listens unless told otherwise.
+KAFKA_PORT = 9092
+#: Tansu's in-memory storage, the bundled broker's default (lost when it stops).
+MEMORY_STORAGE = "memory://tansu/"
 #: Partitions of a new requests topic: one, so that requests are applied in the order sent.
 REQUEST_PARTITIONS = 1
 
