@@ -10,11 +10,17 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from simulator.data import Dataset, known_sources, load_source
+from simulator.data import Dataset, known_sources, load_source, sources
 from simulator.data import images as image_sources
 from simulator.data.sources import LOADERS
 from simulator.errors import ConfigError, DataUnavailableError
 from simulator.scenario import DataSource, DataSpec, SyntheticSpec
+from simulator.scenario.data_spec import (
+    IMAGE_SOURCES,
+    PATH_OPTIONAL,
+    PATH_REQUIRED,
+    TEXT_SOURCES,
+)
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -36,7 +42,10 @@ def assert_same(a: Dataset, b: Dataset) -> None:
 
 def test_one_list_of_sources() -> None:
     """The schema's sources are the loaders' names: one list (``DataSource``)."""
-    assert set(LOADERS) == set(get_args(DataSource)) == set(known_sources())
+    names = set(get_args(DataSource))
+    assert set(LOADERS) == names == set(known_sources())
+    assert set(TEXT_SOURCES) | set(IMAGE_SOURCES) | set(PATH_REQUIRED) | set(PATH_OPTIONAL) <= names
+    assert all(f"``{name}``" in (sources.__doc__ or "") for name in names)  # the table lists all
 
 
 def test_unknown_source_lists_known_names() -> None:

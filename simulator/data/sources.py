@@ -86,7 +86,7 @@ def _load_synthetic(request: LoadRequest) -> RawSource:
 
 
 #: One loader per name of :data:`DataSource` (``tests/test_data_sources.py`` checks both agree).
-LOADERS: dict[str, Loader] = {
+LOADERS: dict[DataSource, Loader] = {
     "mnist": load_mnist,
     "digits": load_digits_source,
     "fashion_mnist": load_fashion_mnist,
