@@ -1,6 +1,6 @@
 """The Flower ServerApp: the scenario's federation, trained and unlearned over Flower.
 
-``main`` parses the run config once (:class:`~server.flower.settings.RunConfig`), maps
+``main`` parses the run config once (:class:`~server.flower.settings.RunSettings`), maps
 partition ids to SuperNodes, and runs the same runner as the in-process transport
 (:func:`simulator.runner.run_scenario`) over a :class:`~server.flower.transport.FlowerTransport`:
 FedAvg rounds of the extractor, the certified head solved by federated Newton, then the
@@ -27,7 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 from rich.console import Console
 
 from server.flower.fleet import Fleet
-from server.flower.settings import ConsumerSettings, FleetSettings, RunConfig
+from server.flower.settings import ConsumerSettings, FleetSettings, RunSettings
 from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
@@ -177,7 +177,7 @@ def main(grid: Grid, context: Context) -> None:
     exporter from the ``UNLEARNSIM_METRICS_*`` environment (the SuperLink's).
     """
     _opt_in_polling()
-    config = RunConfig.from_run_config(dict(context.run_config))
+    config = RunSettings.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
     console = Console(highlight=False)
     with env_metrics_session(console) as exporters:

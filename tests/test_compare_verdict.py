@@ -13,9 +13,9 @@ from simulator.compare.harness import Measurement
 from simulator.compare.verdict import paired, verdict_markdown, verdicts
 from simulator.data.natural import digits_as_mnist
 from simulator.errors import ConfigError
-from simulator.models import BackboneSpec, ExtractorWithHead, build_backbone, local_train
+from simulator.models import BackboneConfig, ExtractorWithHead, build_backbone, local_train
 from simulator.scenario import parse_scenario
-from simulator.unlearners import ModelSettings, TrainingSet, create_unlearner
+from simulator.unlearners import ModelConfig, TrainingSet, create_unlearner
 
 
 def m(method: str, seed: int, acc: float, removed: int = 10) -> Measurement:
@@ -175,7 +175,7 @@ def test_uniform_reweighing_is_the_plain_loss() -> None:
         g = torch.Generator().manual_seed(1)
         model = ExtractorWithHead(
             build_backbone(
-                BackboneSpec("mlp", feature_dim=4, hidden=(8,)),
+                BackboneConfig("mlp", feature_dim=4, hidden=(8,)),
                 input_dim=5,
                 vocab_size=None,
                 max_len=None,
@@ -210,8 +210,8 @@ def test_extractor_mode_reweighs_the_extractor_and_says_what_is_certified() -> N
     x = rng.normal(size=(120, 6)).astype(np.float32)
     y = (x[:, 0] + 0.3 * rng.normal(size=120) > 0).astype(np.int64)
     train = TrainingSet(x, y, 2)
-    settings = ModelSettings(
-        backbone=BackboneSpec("mlp", feature_dim=6, hidden=(12,)), epochs=3, rff_dim=16
+    settings = ModelConfig(
+        backbone=BackboneConfig("mlp", feature_dim=6, hidden=(12,)), epochs=3, rff_dim=16
     )
     head = create_unlearner("decoremoval", settings)
     extr = create_unlearner("decoremoval_extractor", settings)

@@ -6,10 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from simulator.data import partition
 from simulator.data.partition import first_principal_scores
 from simulator.errors import ConfigError
+from simulator.scenario import PartitionSpec
+
+
+def spec(kind: str, num_clients: int, alpha: float = 0.5) -> PartitionSpec:
+    return PartitionSpec.model_validate({"kind": kind, "num_clients": num_clients, "alpha": alpha})
 
 
 def label_tv(labels: np.ndarray, parts: list[np.ndarray]) -> float:
@@ -39,8 +45,8 @@ def test_disjoint_cover_sorted_deterministic(
 
     def run() -> list[np.ndarray]:
         return partition(
-            labels, num_clients=num_clients, kind=kind, rng=np.random.default_rng(seed),  # type: ignore[arg-type]
-            alpha=alpha, features=features, min_per_client=minimum,
+            labels, spec(kind, num_clients, alpha), rng=np.random.default_rng(seed),
+            features=features, min_per_client=minimum,
         )  # fmt: skip
 
     parts = run()
@@ -55,13 +61,9 @@ def test_disjoint_cover_sorted_deterministic(
 
 def test_dirichlet_small_alpha_is_more_skewed_than_iid() -> None:
     labels = np.repeat(np.arange(10), 200).astype(np.int64)
-    iid = partition(labels, num_clients=10, kind="iid", rng=np.random.default_rng(0))
-    skew = partition(
-        labels, num_clients=10, kind="dirichlet", alpha=0.1, rng=np.random.default_rng(0)
-    )
-    mild = partition(
-        labels, num_clients=10, kind="dirichlet", alpha=1.0, rng=np.random.default_rng(0)
-    )
+    iid = partition(labels, spec("iid", 10), rng=np.random.default_rng(0))
+    skew = partition(labels, spec("dirichlet", 10, 0.1), rng=np.random.default_rng(0))
+    mild = partition(labels, spec("dirichlet", 10, 1.0), rng=np.random.default_rng(0))
     assert label_tv(labels, iid) < 0.1
     assert label_tv(labels, skew) > 0.5
     assert label_tv(labels, iid) < label_tv(labels, mild) < label_tv(labels, skew)
@@ -71,24 +73,19 @@ def test_covariate_groups_follow_the_first_principal_component() -> None:
     rng = np.random.default_rng(1)
     features = rng.normal(size=(600, 4)) * np.array([5.0, 1.0, 1.0, 1.0])
     labels = np.zeros(600, dtype=np.int64)
-    parts = partition(labels, num_clients=4, kind="covariate", features=features, rng=rng)
+    parts = partition(labels, spec("covariate", 4), features=features, rng=rng)
     score = first_principal_scores(features)
     means = [score[p].mean() for p in parts]
     assert means == sorted(means) and means[-1] - means[0] > 5.0
     assert [len(p) for p in parts] == [150] * 4
     with pytest.raises(ConfigError, match="needs the training features"):
-        partition(labels, num_clients=4, kind="covariate", rng=rng)
+        partition(labels, spec("covariate", 4), rng=rng)
 
 
 def test_quantity_skew_sizes_vary_and_respect_minimum() -> None:
     labels = np.zeros(1000, dtype=np.int64)
     parts = partition(
-        labels,
-        num_clients=10,
-        kind="quantity",
-        alpha=0.3,
-        min_per_client=20,
-        rng=np.random.default_rng(2),
+        labels, spec("quantity", 10, 0.3), min_per_client=20, rng=np.random.default_rng(2)
     )
     sizes = np.array([len(p) for p in parts])
     assert sizes.sum() == 1000 and sizes.min() >= 20
@@ -98,16 +95,9 @@ def test_quantity_skew_sizes_vary_and_respect_minimum() -> None:
 def test_impossible_minimums_are_config_errors() -> None:
     labels = np.arange(10, dtype=np.int64) % 2
     with pytest.raises(ConfigError, match="needs 12 rows but there are only 10"):
-        partition(labels, num_clients=4, kind="iid", min_per_client=3, rng=np.random.default_rng(0))
+        partition(labels, spec("iid", 4), min_per_client=3, rng=np.random.default_rng(0))
     many = np.repeat(np.arange(2), 20).astype(np.int64)
     with pytest.raises(ConfigError, match="raise alpha, lower min_per_client"):
-        partition(
-            many,
-            num_clients=8,
-            kind="dirichlet",
-            alpha=0.01,
-            min_per_client=5,
-            rng=np.random.default_rng(0),
-        )
-    with pytest.raises(ConfigError, match="unknown partition kind"):
-        partition(many, num_clients=2, kind="random", rng=np.random.default_rng(0))  # type: ignore[arg-type]
+        partition(many, spec("dirichlet", 8, 0.01), min_per_client=5, rng=np.random.default_rng(0))
+    with pytest.raises(ValidationError, match="kind"):
+        spec("random", 2)

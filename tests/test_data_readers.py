@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from simulator.data import (
     load_source,
@@ -21,6 +22,7 @@ from simulator.data import (
 )
 from simulator.data.images import FASHION_MNIST_DIR
 from simulator.errors import ConfigError, InputError
+from simulator.scenario import DataSpec
 
 
 def idx_bytes(array: np.ndarray, magic: int) -> bytes:
@@ -94,7 +96,7 @@ def test_idx_directory_and_source(tmp_path: Path) -> None:
     splits = read_idx_dir(tmp_path / "d")
     assert splits.x_train.shape == (40, 1, 28, 28) and splits.x_test is not None
     assert splits.x_test.shape == (20, 1, 28, 28)
-    ds = load_source("idx", rng=np.random.default_rng(0), path=str(tmp_path / "d"))
+    ds = load_source(DataSpec(source="idx", path=str(tmp_path / "d")), rng=np.random.default_rng(0))
     assert ds.modality == "image" and ds.image_shape == (1, 28, 28)
     assert ds.x_train.shape == (40, 784) and ds.x_test.shape == (20, 784)
     np.testing.assert_allclose(ds.x_train * 255, splits.x_train.reshape(40, -1), atol=1e-3)
@@ -102,13 +104,13 @@ def test_idx_directory_and_source(tmp_path: Path) -> None:
 
 def test_idx_directory_without_test_split_and_errors(tmp_path: Path) -> None:
     write_idx_dir(tmp_path / "d", 50, None, np.random.default_rng(1))
-    ds = load_source("idx", rng=np.random.default_rng(0), path=str(tmp_path / "d"))
+    ds = load_source(DataSpec(source="idx", path=str(tmp_path / "d")), rng=np.random.default_rng(0))
     assert ds.n_train == 40 and len(ds.y_test) == 10  # test_fraction 0.2, stratified
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="train-images-idx3-ubyte"):
         read_idx_dir(tmp_path / "empty")
-    with pytest.raises(ConfigError, match="needs 'path'"):
-        load_source("idx", rng=np.random.default_rng(0))
+    with pytest.raises(ValidationError, match="needs a path"):
+        DataSpec(source="idx")
     # mismatched counts between images and labels
     write_idx(tmp_path / "d" / "train-labels-idx1-ubyte", np.zeros(3), 0x801, compress=False)
     with pytest.raises(InputError, match=r"50 images but .* 3 labels"):
@@ -121,7 +123,7 @@ def test_real_fashion_mnist_files() -> None:
     y = read_idx_labels(FASHION_MNIST_DIR / "train-labels-idx1-ubyte.gz")
     assert x.shape == (60000, 28, 28) and y.shape == (60000,)
     assert set(np.unique(y)) == set(range(10))
-    ds = load_source("fashion_mnist", rng=np.random.default_rng(0))
+    ds = load_source(DataSpec(source="fashion_mnist"), rng=np.random.default_rng(0))
     assert ds.x_train.shape == (60000, 784) and ds.x_test.shape == (10000, 784)
     assert set(np.unique(ds.y_test)) == set(range(10))
     assert ds.x_train.min() >= 0.0 and ds.x_train.max() <= 1.0
@@ -162,7 +164,7 @@ def test_cifar10_reader_and_source(tmp_path: Path) -> None:
         raw = pickle.load(fh, encoding="bytes")
     # channel-first: the first 1024 bytes of a row are the red plane
     np.testing.assert_array_equal(splits.x_train[6, 0].ravel(), raw[b"data"][0, :1024])
-    ds = load_source("cifar10", rng=np.random.default_rng(0), path=str(root))
+    ds = load_source(DataSpec(source="cifar10", path=str(root)), rng=np.random.default_rng(0))
     assert ds.image_shape == (3, 32, 32) and ds.x_train.shape == (30, 3072)
     np.testing.assert_allclose(ds.x_test[0] * 255, raw_test_row(root), atol=1e-3)
 
@@ -214,13 +216,14 @@ def write_sst2(root: Path) -> None:
 def test_sst2_reader_and_source(tmp_path: Path) -> None:
     write_sst2(tmp_path / "SST-2")
     splits = read_sst2(tmp_path / "SST-2")
-    assert len(splits.train_sentences) == 20 and splits.train_sentences[1] == 'the "plot" is a mess'
-    assert splits.train_labels[:2].tolist() == [1, 0]
-    assert splits.test_sentences == ("it 's a charming journey .", "tedious and dull")
-    ds = load_source(
-        "sst2", rng=np.random.default_rng(0), path=str(tmp_path / "SST-2"),
-        text_representation="tokens", max_len=6, vocab_size=10,
-    )  # fmt: skip
+    assert len(splits.x_train) == 20 and splits.x_train[1] == 'the "plot" is a mess'
+    assert splits.y_train[:2].tolist() == [1, 0]
+    assert splits.x_test == ("it 's a charming journey .", "tedious and dull")
+    spec = DataSpec.model_validate({
+        "source": "sst2", "path": str(tmp_path / "SST-2"),
+        "text": {"representation": "tokens", "max_len": 6, "vocab_size": 10},
+    })  # fmt: skip
+    ds = load_source(spec, rng=np.random.default_rng(0))
     assert ds.modality == "tokens" and ds.x_train.shape == (20, 6) and ds.x_test.shape == (2, 6)
     assert ds.x_train.dtype == np.int64 and ds.vocab_size == 12
 
@@ -255,7 +258,9 @@ def test_csv_reader_and_source(tmp_path: Path) -> None:
     assert table.label_names == ("hi", "lo", "mid")  # sorted values -> 0..k-1
     assert table.labels[:3].tolist() == [1, 2, 0]
     assert list(table.features.columns) == ["age", "city", "score"]
-    ds = load_source("csv", rng=np.random.default_rng(0), path=str(path), label_column="target")
+    ds = load_source(
+        DataSpec(source="csv", path=str(path), label_column="target"), rng=np.random.default_rng(0)
+    )
     assert ds.modality == "tabular" and ds.num_classes == 3
     assert ds.x_train.shape == (48, 5) and ds.x_test.shape == (12, 5)  # 2 numeric + 3 one-hot
     assert np.isfinite(ds.x_train).all()
@@ -268,8 +273,8 @@ def test_csv_missing_label_column(tmp_path: Path) -> None:
     path.write_text("a,b\n1,2\n3,4\n")
     with pytest.raises(ConfigError, match=r"label column 'y' not in .*columns found: \['a', 'b'\]"):
         read_csv_table(path, "y")
-    with pytest.raises(ConfigError, match="needs 'label_column'"):
-        load_source("csv", rng=np.random.default_rng(0), path=str(path))
+    with pytest.raises(ValidationError, match="needs label_column"):
+        DataSpec(source="csv", path=str(path))
     path.write_text("a,y\n1,\n3,1\n")
     with pytest.raises(InputError, match="1 row"):
         read_csv_table(path, "y")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from sklearn.linear_model import LogisticRegression
 
-from simulator.data import SyntheticSpec, make_synthetic, synthetic_truth
+from simulator.data import make_synthetic, synthetic_truth
 from simulator.errors import ConfigError
+from simulator.scenario import SyntheticSpec
 
 
 def corr(a: np.ndarray, b: np.ndarray) -> float:
@@ -80,14 +82,21 @@ def test_deterministic_and_seed_dependent() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "location"),
     [
-        ({"n_features": 5, "n_causal": 5}, "synthetic.n_features"),
-        ({"n_classes": 1}, "synthetic.n_classes"),
-        ({"spurious_strength": 1.5}, "synthetic.spurious_strength"),
-        ({"correlation": 1.0}, "synthetic.correlation"),
-        ({"correlation": -0.5, "n_features": 20}, "synthetic.correlation"),
-        ({"noise": -1.0}, "synthetic.noise"),
+        ({"n_features": 5, "n_causal": 5}, "n_causal"),
+        ({"n_classes": 1}, "n_classes"),
+        ({"spurious_strength": 1.5}, "spurious_strength"),
+        ({"correlation": 1.0}, "correlation"),
+        ({"correlation": -0.5, "n_features": 20}, "correlation"),
+        ({"noise": -1.0}, "noise"),
+        ({"noise": float("nan")}, "noise"),
+        ({"n_shifted": 0}, "n_shifted"),
     ],
 )
 def test_invalid_specs(kwargs: dict[str, float], location: str) -> None:
-    with pytest.raises(ConfigError, match=location):
-        SyntheticSpec(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=location):
+        SyntheticSpec.model_validate(kwargs)
+
+
+def test_fewer_rows_than_classes_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError, match="n_train >= n_classes"):
+        make_synthetic(SyntheticSpec(n_train=3, n_classes=4), np.random.default_rng(0))

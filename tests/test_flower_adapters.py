@@ -192,17 +192,17 @@ def test_missing_supernodes_are_reported(tmp_path: Path) -> None:
 
 def test_run_config_defaults_and_errors() -> None:
     """``run_simulation`` passes an empty run config; ``flwr run`` may override any key."""
-    from server.flower.settings import RunConfig
+    from server.flower.settings import RunSettings
     from simulator.errors import ConfigError
 
-    default = RunConfig.from_run_config({})
+    default = RunSettings.from_run_config({})
     assert default.scenario_path().exists() and default.transport == "auto"
-    config = RunConfig.from_run_config({"timeout": 5.0, "train-timeout": 9.0, "retries": 0})
+    config = RunSettings.from_run_config({"timeout": 5.0, "train-timeout": 9.0, "retries": 0})
     assert (config.fleet.timeout, config.fleet.train_timeout, config.fleet.retries) == (5, 9, 0)
     with pytest.raises(ConfigError, match="run-config timeout"):
-        RunConfig.from_run_config({"timeout": -1.0})
+        RunSettings.from_run_config({"timeout": -1.0})
     with pytest.raises(ConfigError, match="run-config colour"):
-        RunConfig.from_run_config({"colour": "red"})
+        RunSettings.from_run_config({"colour": "red"})
 
 
 def test_run_config_round_trips_and_matches_pyproject() -> None:
@@ -210,19 +210,19 @@ def test_run_config_round_trips_and_matches_pyproject() -> None:
     (``flwr run`` rejects undeclared keys), and parsing the flat keys gives the settings back."""
     import tomllib
 
-    from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunConfig
+    from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunSettings
 
     declared = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    assert declared["config"] == RunConfig().to_run_config()
-    config = RunConfig(
+    assert declared["config"] == RunSettings().to_run_config()
+    config = RunSettings(
         scenario="x.yaml",
         fleet=FleetSettings(timeout=7.0),
         kafka=ConsumerSettings(bootstrap="127.0.0.1:9", idle_timeout=3.0, max_batch_requests=4),
     )
-    again = RunConfig.from_run_config(config.to_run_config())
-    assert again == config and again.kafka.enabled and not RunConfig().kafka.enabled
+    again = RunSettings.from_run_config(config.to_run_config())
+    assert again == config and again.kafka.enabled and not RunSettings().kafka.enabled
     # the settings' defaults are the consumer's own (one source of truth for both paths)
-    from server.kafka.batcher import BatchPolicy
+    from server.kafka.batcher import BatchConfig
     from server.kafka.launch import consumer_config
     from server.kafka.topics import Topics
 
@@ -232,7 +232,7 @@ def test_run_config_round_trips_and_matches_pyproject() -> None:
     # micro-batches of the scenario's stream.max_batch_requests unless the settings say
     assert (default.batch.max_requests, default.batch.max_wait) == (
         tiny.stream.max_batch_requests,
-        BatchPolicy().max_wait,
+        BatchConfig().max_wait,
     )
     capped = consumer_config(ConsumerSettings(bootstrap="x:1", max_batch_requests=3), APP_DIR, tiny)
     assert capped.batch.max_requests == 3

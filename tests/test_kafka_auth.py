@@ -17,7 +17,7 @@ from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import DeletionConsumer
-from server.kafka.gate import Gate, GatePolicy, registry_of
+from server.kafka.gate import Gate, GateConfig, registry_of
 from server.kafka.producer import replay, replay_requests
 from server.kafka.security import client_options
 from server.kafka.signing import HEADER, load_key, sign, verify
@@ -89,7 +89,7 @@ def test_signed_requests_are_required_when_a_key_is_set(
     replay([(b"b", b.to_json())], bootstrap=broker.bootstrap, topic=topics.requests,
            signing_key=b"w" * 32)  # fmt: skip
     replay_requests([c], bootstrap=broker.bootstrap, topics=topics, signing_key=KEY)
-    settings = config(broker.bootstrap, tmp_path, topics=topics, gate=GatePolicy(signing_key=KEY))
+    settings = config(broker.bootstrap, tmp_path, topics=topics, gate=GateConfig(signing_key=KEY))
     DeletionConsumer(fed, settings).run()
 
     got = statuses(broker.bootstrap, topics)
@@ -104,7 +104,7 @@ def test_signatures_bind_the_exact_bytes() -> None:
     assert verify(value, good, KEY) is None
     assert verify(value + b" ", good, KEY) is not None
     assert verify(value, [*good, *good], KEY) is not None
-    assert "GatePolicy(ownership=True, signing_key=set" in repr(GatePolicy(signing_key=KEY))
+    assert "GateConfig(ownership=True, signing_key=set" in repr(GateConfig(signing_key=KEY))
 
 
 def test_signing_keys_come_from_the_environment_or_a_file(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_the_rate_limit_counts_per_subject_on_a_clock_that_cannot_be_rewound(
     windows: dict[str, list[int]] = {}
     clock = [1_000_000.0]
     gate = Gate(
-        GatePolicy(rate_limit=2, rate_window=60.0),
+        GateConfig(rate_limit=2, rate_window=60.0),
         registry_of(built),
         windows,
         clock=lambda: clock[0],

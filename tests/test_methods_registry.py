@@ -15,13 +15,13 @@ from support.scenarios import TEN_CLIENTS, scenario
 from simulator.errors import ConfigError
 from simulator.head import HeadConfig
 from simulator.methods import Method, method, methods, streaming_methods
-from simulator.models import BackboneSpec
+from simulator.models import BackboneConfig
 from simulator.runner import run_scenario
 from simulator.scenario import ScenarioError
-from simulator.unlearners import ModelSettings, TrainingSet, create_unlearner, unlearner_class
+from simulator.unlearners import ModelConfig, TrainingSet, create_unlearner, unlearner_class
 
-TINY = ModelSettings(
-    backbone=BackboneSpec("mlp", feature_dim=6, hidden=(12,)),
+TINY = ModelConfig(
+    backbone=BackboneConfig("mlp", feature_dim=6, hidden=(12,)),
     epochs=2,
     batch_size=16,
     lr=1e-2,

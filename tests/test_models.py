@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError, InputError
 from simulator.models import (
     Backbone,
-    BackboneSpec,
+    BackboneConfig,
     ExtractorWithHead,
     LocalUpdate,
     build_backbone,
@@ -31,10 +31,10 @@ CPU = torch.device("cpu")
 VOCAB, MAX_LEN, INPUT_DIM = 20, 12, 10
 
 SPECS = {
-    "mlp": BackboneSpec("mlp", feature_dim=8, hidden=(16, 12), dropout=0.1),
-    "identity": BackboneSpec("identity"),
-    "lstm": BackboneSpec("lstm", feature_dim=8, hidden=(16,), embed_dim=12),
-    "transformer": BackboneSpec("transformer", feature_dim=8, embed_dim=12, heads=2, layers=2),
+    "mlp": BackboneConfig("mlp", feature_dim=8, hidden=(16, 12), dropout=0.1),
+    "identity": BackboneConfig("identity"),
+    "lstm": BackboneConfig("lstm", feature_dim=8, hidden=(16,), embed_dim=12),
+    "transformer": BackboneConfig("transformer", feature_dim=8, embed_dim=12, heads=2, layers=2),
 }
 
 
@@ -172,7 +172,7 @@ def test_padding_does_not_change_features(kind: str) -> None:
 
 
 def test_mlp_flattens_images() -> None:
-    spec = BackboneSpec("mlp", feature_dim=4, hidden=(8,))
+    spec = BackboneConfig("mlp", feature_dim=4, hidden=(8,))
     backbone = build_backbone(
         spec, input_dim=12, vocab_size=None, max_len=None, generator=torch.Generator()
     )
@@ -195,15 +195,17 @@ def test_token_input_errors() -> None:
 @pytest.mark.parametrize(
     ("spec", "sizes", "location"),
     [
-        (BackboneSpec("lstm"), {"vocab_size": None}, "backbone.vocab_size"),
-        (BackboneSpec("transformer"), {"max_len": None}, "backbone.max_len"),
-        (BackboneSpec("mlp"), {"input_dim": None}, "backbone.input_dim"),
-        (BackboneSpec("identity"), {"input_dim": None}, "backbone.input_dim"),
-        (BackboneSpec("lstm", hidden=(8, 8)), {}, "backbone.hidden"),
-        (BackboneSpec("transformer", embed_dim=10, heads=3), {}, "backbone.heads"),
+        (BackboneConfig("lstm"), {"vocab_size": None}, "backbone.vocab_size"),
+        (BackboneConfig("transformer"), {"max_len": None}, "backbone.max_len"),
+        (BackboneConfig("mlp"), {"input_dim": None}, "backbone.input_dim"),
+        (BackboneConfig("identity"), {"input_dim": None}, "backbone.input_dim"),
+        (BackboneConfig("lstm", hidden=(8, 8)), {}, "backbone.hidden"),
+        (BackboneConfig("transformer", embed_dim=10, heads=3), {}, "backbone.heads"),
     ],
 )
-def test_build_backbone_validates(spec: BackboneSpec, sizes: dict[str, Any], location: str) -> None:
+def test_build_backbone_validates(
+    spec: BackboneConfig, sizes: dict[str, Any], location: str
+) -> None:
     kwargs: dict[str, Any] = {"input_dim": 4, "vocab_size": 10, "max_len": 8} | sizes
     with pytest.raises(ConfigError) as info:
         build_backbone(spec, generator=torch.Generator(), **kwargs)
@@ -221,7 +223,7 @@ def test_build_backbone_validates(spec: BackboneSpec, sizes: dict[str, Any], loc
 )
 def test_backbone_spec_validates(kwargs: dict[str, Any], location: str) -> None:
     with pytest.raises(ConfigError) as info:
-        BackboneSpec(**kwargs)
+        BackboneConfig(**kwargs)
     assert info.value.location == location
 
 

@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
-from simulator.unlearners import ModelSettings, TrainingSet
+from simulator.models import BackboneConfig
+from simulator.unlearners import ModelConfig, TrainingSet
 from simulator.unlearners.networks import build_network, mean_squared_gradients
 
 
-def mlp_settings(hidden: tuple[int, ...]) -> ModelSettings:
+def mlp_settings(hidden: tuple[int, ...]) -> ModelConfig:
     """A small MLP classifier's settings (only the network matters here)."""
-    return ModelSettings(
-        backbone=BackboneSpec("mlp", feature_dim=4, hidden=hidden),
+    return ModelConfig(
+        backbone=BackboneConfig("mlp", feature_dim=4, hidden=hidden),
         epochs=1,
         batch_size=16,
         lr=1e-2,

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from server.kafka.settings import KAFKA_PORT, MEMORY_STORAGE
 from simulator.errors import ConfigError
 
 DEFAULT_FILE = ".unlearnsim/broker.json"
@@ -24,11 +25,13 @@ def register(sub: Any) -> None:
     """Add the ``broker`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("broker", help="start or stop the bundled Kafka-compatible broker")
     p.add_argument("action", choices=("start", "stop", "status"))
-    p.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
+    p.add_argument(
+        "--port", type=int, default=KAFKA_PORT, help="port on 127.0.0.1 (default %(default)s)"
+    )
     p.add_argument(
         "--storage",
-        default="memory://tansu/",
-        help="Tansu storage URL: memory://tansu/ (default; lost on stop) or s3://BUCKET/ "
+        default=MEMORY_STORAGE,
+        help="Tansu storage URL: %(default)s (default; lost on stop) or s3://BUCKET/ "
         "(with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ... in the environment)",
     )
     p.add_argument("--pid-file", default=DEFAULT_FILE, help="default: %(default)s")

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from server.commands.run import add_overrides
 from server.kafka.options import add_signing_options, add_topic_options, topics_from
+from server.kafka.settings import REQUEST_PARTITIONS
 from simulator.errors import ConfigError
 
 
@@ -30,7 +31,10 @@ def register(sub: Any) -> None:
     pace.add_argument("--as-fast-as-possible", action="store_true", help="no pacing")
     p.add_argument("--limit", type=int, metavar="N", help="send only the first N requests")
     p.add_argument(
-        "--partitions", type=int, default=1, help="partitions of a new requests topic (default 1)"
+        "--partitions",
+        type=int,
+        default=REQUEST_PARTITIONS,
+        help="partitions of a new requests topic (default %(default)s)",
     )
     add_signing_options(p, "sign every request with the key")
     p.set_defaults(handler=handle)

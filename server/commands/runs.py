@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--output",
         default="runs/compare",
-        help="folder for compare.md and the overlaid plots (default: runs/compare)",
+        help="folder for compare.md and the overlaid plots (default: %(default)s)",
     )
     c.add_argument("--no-plots", action="store_true", help="only the table")
     c.set_defaults(handler=handle)

@@ -52,7 +52,10 @@ def register(sub: Any) -> None:
         help="up: wait until the server has finished, then print its summary",
     )
     p.add_argument(
-        "--timeout", type=float, default=3600.0, help="--wait: give up after SECONDS (default 3600)"
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="--wait: give up after SECONDS (default %(default)g)",
     )
     p.add_argument(
         "-v",

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from server.flower.environment import flower_env
 from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
-from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunConfig
+from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunSettings
 from server.processes import executable
 from simulator.scenario import Scenario, scenario_to_yaml
 
@@ -80,7 +80,7 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
             console.print(f"started a SuperLink at {address} and {fed.num_clients} SuperNodes")
         home = flower / "home" / "cli"
         _write_connection(home, address)
-        config = RunConfig(
+        config = RunSettings(
             scenario=str(scenario_file),
             output_dir=str(folder),
             transport="flower-deploy",
@@ -162,7 +162,7 @@ def _flwr(home: Path, args: list[str], timeout: float) -> dict[str, Any]:
     return data
 
 
-def _submit(home: Path, flower: Path, config: RunConfig) -> str:
+def _submit(home: Path, flower: Path, config: RunSettings) -> str:
     args = ["run", str(stage_app(flower / "app")), CONNECTION]
     for key, value in config.to_run_config().items():
         args += ["--run-config", f"{key}={json.dumps(value)}"]

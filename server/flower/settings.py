@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from server.kafka.settings import ConsumerSettings
 from simulator.errors import ConfigError
 
-__all__ = ["APP_DIR", "ConsumerSettings", "FleetSettings", "RunConfig"]
+__all__ = ["APP_DIR", "ConsumerSettings", "FleetSettings", "RunSettings"]
 
 APP_DIR = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ class FleetSettings(BaseModel):
     node_wait: float = Field(default=120.0, gt=0, description="seconds to wait for SuperNodes")
 
 
-class RunConfig(BaseModel):
+class RunSettings(BaseModel):
     """The ServerApp's run config: which scenario, where outputs go, fleet and stream settings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -49,7 +49,7 @@ class RunConfig(BaseModel):
     kafka: ConsumerSettings = ConsumerSettings()
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunConfig:
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunSettings:
         """Parse Flower's run config (keys use dashes: ``train-timeout``, ``kafka-bootstrap``)."""
         values = {k.replace("-", "_"): v for k, v in run_config.items()}
         fleet_keys = set(FleetSettings.model_fields)

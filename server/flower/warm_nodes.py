@@ -40,7 +40,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
-class NodeSpec:
+class NodeConfig:
     """One SuperNode: its ``--node-config`` and the port of its Runtime API on 127.0.0.1."""
 
     node_config: str
@@ -61,7 +61,7 @@ class Child:
     """A forked process the launcher supervises: a SuperNode or its ClientApp worker."""
 
     role: str  # "supernode" or "clientapp"
-    node: NodeSpec
+    node: NodeConfig
     pid: int
 
 
@@ -71,7 +71,7 @@ class Launcher:
     def __init__(
         self,
         superlink: str,
-        nodes: list[NodeSpec],
+        nodes: list[NodeConfig],
         flower_args: list[str],
         *,
         polling: fi.Polling | None,
@@ -114,7 +114,7 @@ class Launcher:
         self._record()
         return self._supervise(app)
 
-    def _fork_supernode(self, node: NodeSpec, read: int, write: int) -> None:
+    def _fork_supernode(self, node: NodeConfig, read: int, write: int) -> None:
         argv = [
             "--superlink",
             self.superlink,
@@ -140,7 +140,7 @@ class Launcher:
 
         self._fork("supernode", node, main)
 
-    def _fork_worker(self, node: NodeSpec, app: WarmApp) -> None:
+    def _fork_worker(self, node: NodeConfig, app: WarmApp) -> None:
         read = self.wakes[node.port]
         supernode = next(
             c.pid for c in self.children.values() if c.role == "supernode" and c.node == node
@@ -152,7 +152,7 @@ class Launcher:
 
         self._fork("clientapp", node, main)
 
-    def _fork(self, role: str, node: NodeSpec, main: Any) -> None:
+    def _fork(self, role: str, node: NodeConfig, main: Any) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         # no signal may run the launcher's handler in the child before it resets them
@@ -186,7 +186,7 @@ class Launcher:
             sys.stderr.flush()
             os._exit(code)
 
-    def _redirect(self, role: str, node: NodeSpec) -> None:
+    def _redirect(self, role: str, node: NodeConfig) -> None:
         if self.log_dir is None:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -267,7 +267,7 @@ def launcher_from_args(args: argparse.Namespace) -> Launcher:
         raise ConfigError(str(exc), "supernode --poll") from None
     return Launcher(
         args.superlink,
-        [NodeSpec(c, p) for c, p in zip(configs, ports, strict=True)],
+        [NodeConfig(c, p) for c, p in zip(configs, ports, strict=True)],
         extra,
         polling=polling,
         log_dir=args.log_dir,

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 from kafka import KafkaConsumer, TopicPartition
 
+from server.kafka.settings import consumer_default
 from server.kafka.wire import Incoming
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchConfig:
     """How requests are grouped into one certified removal."""
 
     max_requests: int = 500
-    max_wait: float = 0.2
+    max_wait: float = consumer_default("max_wait")
     max_hold: float = 30.0
     poll_timeout: float = 0.1
 
@@ -36,7 +37,7 @@ class BatchPolicy:
 
 
 def next_batch(
-    consumer: KafkaConsumer, parts: list[TopicPartition], policy: BatchPolicy
+    consumer: KafkaConsumer, parts: list[TopicPartition], policy: BatchConfig
 ) -> list[Incoming]:
     """The next micro-batch, or ``[]`` after one empty poll (so the caller can check for stop)."""
     batch: list[Incoming] = []

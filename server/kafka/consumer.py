@@ -35,11 +35,11 @@ from kafka.structs import OffsetAndMetadata
 
 from server.health import process_age
 from server.kafka.backoff import Backoff
-from server.kafka.batcher import BatchPolicy, lag, next_batch
+from server.kafka.batcher import BatchConfig, lag, next_batch
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
-from server.kafka.gate import Gate, GatePolicy, registry_of
+from server.kafka.gate import Gate, GateConfig, registry_of
 from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
 from server.kafka.security import client_options
@@ -82,7 +82,7 @@ class ConsumerConfig:
     state_dir: Path
     topics: Topics = field(default_factory=Topics)
     group_id: str = "unlearnsim"
-    batch: BatchPolicy = field(default_factory=BatchPolicy)
+    batch: BatchConfig = field(default_factory=BatchConfig)
     max_request_bytes: int = MAX_REQUEST_BYTES
     idle_timeout: float | None = None
     fsync: bool = True
@@ -90,7 +90,7 @@ class ConsumerConfig:
     connect_timeout: float = 60.0
     flush_timeout: float = 10.0
     events_path: Path | None = None
-    gate: GatePolicy = field(default_factory=GatePolicy)
+    gate: GateConfig = field(default_factory=GateConfig)
     on_offset_gap: Policy = "fail"
     min_removal_batch: int = 1
 

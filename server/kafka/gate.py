@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from server.kafka.settings import RATE_LIMIT, RATE_WINDOW
+from server.kafka.settings import consumer_default
 from server.kafka.signing import verify
 from server.kafka.wire import Incoming
 from simulator.runner.federation import Federation
@@ -35,17 +35,17 @@ REASONS = ("bad_signature", "not_owner", RATE_LIMITED)
 
 
 @dataclass(frozen=True)
-class GatePolicy:
+class GateConfig:
     """What the gate checks.
 
     ``ownership``: enforce the registry. ``signing_key``: require signed records (None: not).
     ``rate_limit``: requests per subject per ``rate_window`` seconds (0: no limit).
     """
 
-    ownership: bool = True
+    ownership: bool = consumer_default("ownership")
     signing_key: bytes | None = None
-    rate_limit: int = RATE_LIMIT
-    rate_window: float = RATE_WINDOW
+    rate_limit: int = consumer_default("subject_rate_limit")
+    rate_window: float = consumer_default("subject_rate_window")
 
     def __post_init__(self) -> None:
         if self.rate_limit < 0 or self.rate_window <= 0:
@@ -54,7 +54,7 @@ class GatePolicy:
     def __repr__(self) -> str:  # never print the key
         key = "set" if self.signing_key else "none"
         return (
-            f"GatePolicy(ownership={self.ownership}, signing_key={key}, "
+            f"GateConfig(ownership={self.ownership}, signing_key={key}, "
             f"rate_limit={self.rate_limit}, rate_window={self.rate_window})"
         )
 
@@ -69,7 +69,7 @@ def registry_of(fed: Federation) -> SubjectRegistry:
 
 
 class Gate:
-    """Applies a :class:`GatePolicy`.
+    """Applies a :class:`GateConfig`.
 
     Parameters
     ----------
@@ -82,7 +82,7 @@ class Gate:
 
     def __init__(
         self,
-        policy: GatePolicy,
+        policy: GateConfig,
         registry: SubjectRegistry | None,
         windows: dict[str, list[int]],
         *,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from server.kafka.batcher import BatchPolicy
+from server.kafka.batcher import BatchConfig
 from server.kafka.consumer import ConsumerConfig, EventHook
-from server.kafka.gate import GatePolicy
+from server.kafka.gate import GateConfig
 from server.kafka.session import consume
 from server.kafka.settings import ConsumerSettings
 from server.kafka.signing import load_key
@@ -26,28 +26,31 @@ from simulator.threads import thread_limits
 
 
 def stream_from_args(args: argparse.Namespace) -> ConsumerSettings:
-    """``run --stream kafka``'s options (:mod:`server.kafka.options`) as settings."""
+    """``run --stream kafka``'s options (:mod:`server.kafka.options`) as settings.
+
+    Every option is named after its setting; paths are made absolute, ``--ownership`` is
+    ``enforce`` or ``off`` and an unset signing option is ``""``.
+    """
     if not args.bootstrap:
         raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
+    given = vars(args)
+    options = {name: given[name] for name in ConsumerSettings.model_fields if name in given}
     return ConsumerSettings(
-        bootstrap=args.bootstrap,
-        requests_topic=args.requests_topic,
-        receipts_topic=args.receipts_topic,
-        dead_letter_topic=args.dead_letter_topic,
-        group=args.group,
-        max_batch_requests=args.max_batch_requests,
-        max_wait=args.max_wait,
-        idle_timeout=args.idle_timeout or 0.0,
-        state_dir=str(Path(args.state_dir).resolve()) if args.state_dir else "",
-        ownership=args.ownership == "enforce",
-        signing_key_env=args.signing_key_env or "",
-        signing_key_file=args.signing_key_file or "",
-        subject_rate_limit=args.subject_rate_limit,
-        subject_rate_window=args.subject_rate_window,
-        on_offset_gap=args.on_offset_gap,
-        min_removal_batch=args.min_removal_batch,
-        ready_file=str(Path(args.ready_file).resolve()) if args.ready_file else "",
+        **{
+            **options,
+            "idle_timeout": args.idle_timeout or 0.0,
+            "state_dir": _absolute(args.state_dir),
+            "ready_file": _absolute(args.ready_file),
+            "ownership": args.ownership == "enforce",
+            "signing_key_env": args.signing_key_env or "",
+            "signing_key_file": args.signing_key_file or "",
+        }
     )
+
+
+def _absolute(path: str | None) -> str:
+    """``path`` resolved, or ``""`` when not given."""
+    return str(Path(path).resolve()) if path else ""
 
 
 def consumer_config(
@@ -58,16 +61,19 @@ def consumer_config(
     default_state: Path | None = None,
     fsync: bool = True,
 ) -> ConsumerConfig:
-    """The consumer's configuration: state in ``stream.state_dir``, else ``default_state``
-    (else ``out/kafka-state``); batches of ``stream.max_batch_requests`` requests, else the
-    scenario's ``stream.max_batch_requests``; the signing key is read here
-    (:func:`server.kafka.signing.load_key`)."""
+    """The consumer's configuration from its settings.
+
+    State in ``stream.state_dir``, else ``default_state`` (else ``out/kafka-state``); batches
+    of ``stream.max_batch_requests`` requests, else the scenario's
+    ``stream.max_batch_requests``; the signing key is read here
+    (:func:`server.kafka.signing.load_key`).
+    """
     state = state_dir(stream, out, default_state)
     key = load_key(
         env_var=stream.signing_key_env or None,
         path=Path(stream.signing_key_file) if stream.signing_key_file else None,
     )
-    gate = GatePolicy(
+    gate = GateConfig(
         ownership=stream.ownership,
         signing_key=key,
         rate_limit=stream.subject_rate_limit,
@@ -76,9 +82,9 @@ def consumer_config(
     return ConsumerConfig(
         bootstrap=stream.bootstrap,
         state_dir=state,
-        topics=Topics(stream.requests_topic, stream.receipts_topic, stream.dead_letter_topic),
+        topics=Topics.of(stream),
         group_id=stream.group,
-        batch=BatchPolicy(
+        batch=BatchConfig(
             max_requests=stream.max_batch_requests or scenario.stream.max_batch_requests,
             max_wait=stream.max_wait,
         ),
@@ -103,8 +109,11 @@ def ready_file(stream: ConsumerSettings, out: Path, default_state: Path | None =
 
 
 def as_kafka_source(scenario: Scenario) -> Scenario:
-    """The scenario with ``stream.source: scenario``: the federation is built as usual (its
-    generated stream is what ``produce`` sends), and the consumer supplies the requests."""
+    """The scenario with ``stream.source: scenario``.
+
+    The federation is built as usual (its generated stream is what ``produce`` sends), and the
+    consumer supplies the requests.
+    """
     return scenario.model_copy(
         update={"stream": scenario.stream.model_copy(update={"source": "scenario"})}
     )
@@ -116,8 +125,11 @@ def run_kafka(
     console: Console,
     on_event: Sequence[EventHook] = (),
 ) -> int:
-    """Build (first start) or reload (restart) the in-process federation, consume the requests
-    topic, summarise; exit code 0, or 130 when a signal stopped it."""
+    """Consume the requests topic with the in-process federation; the exit code.
+
+    The federation is built on the first start and reloaded on a restart; the run is
+    summarised at the end. Exit code 0, or 130 when a signal stopped it.
+    """
     from server.kafka.restart import federation_for
 
     out = Path(args.output or scenario.output_dir)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from server.kafka.batcher import BatchPolicy
-from server.kafka.settings import OFFSET_GAP_POLICIES, RATE_LIMIT, RATE_WINDOW
+from server.kafka.settings import OFFSET_GAP_POLICIES, consumer_default
 from server.kafka.topics import Topics
 from simulator.scenario import Scenario
 
@@ -23,37 +22,34 @@ def add_topic_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_consumer_options(parser: argparse.ArgumentParser) -> None:
-    """Options of ``run --stream kafka``."""
+    """Options of ``run --stream kafka`` (defaults: :class:`ConsumerSettings`'s)."""
     add_topic_options(parser)
-    d = BatchPolicy()
     parser.add_argument(
         "--stream",
         choices=("scenario", "kafka"),
         help="where deletion requests come from (default: the scenario's stream.source)",
     )
-    parser.add_argument("--group", default="unlearnsim", help="consumer group (offset commits)")
+    add_setting(parser, "group", "consumer group (offset commits; default: %(default)s)")
     parser.add_argument(
         "--state-dir", help="checkpoint folder (default: OUTPUT/kafka-state); reused on restart"
     )
-    parser.add_argument(
-        "--max-batch-requests",
-        type=int,
-        default=0,
-        help="most requests in one certified removal (default: the scenario's "
+    add_setting(
+        parser,
+        "max_batch_requests",
+        "most requests in one certified removal (default: the scenario's "
         "stream.max_batch_requests)",
     )
-    parser.add_argument(
-        "--max-wait",
-        type=float,
-        default=d.max_wait,
+    add_setting(
+        parser,
+        "max_wait",
+        "longest wait for more requests once caught up (default: %(default)s)",
         metavar="SECONDS",
-        help="longest wait for more requests once caught up (default: %(default)s)",
     )
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
+    add_setting(
+        parser,
+        "idle_timeout",
+        "stop after this long without a request (default 0: run until SIGTERM/SIGINT)",
         metavar="SECONDS",
-        help="stop after this long without a request (default: run until SIGTERM/SIGINT)",
     )
     parser.add_argument(
         "--no-fsync",
@@ -66,7 +62,7 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--on-offset-gap",
         choices=OFFSET_GAP_POLICIES,
-        default="fail",
+        default=consumer_default("on_offset_gap"),
         help="when the log no longer holds what the checkpoint expects: stop with an error "
         "(fail, default), re-read it from its earliest offset (replay), or go on past it (skip)",
     )
@@ -78,37 +74,43 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
     add_security_options(parser)
 
 
+def add_setting(
+    parser: argparse.ArgumentParser, name: str, text: str, *, metavar: str | None = None
+) -> None:
+    """``--NAME`` for the consumer setting ``name``, with the setting's type and default."""
+    default = consumer_default(name)
+    flag = "--" + name.replace("_", "-")
+    parser.add_argument(flag, type=type(default), default=default, metavar=metavar, help=text)
+
+
 def add_security_options(parser: argparse.ArgumentParser) -> None:
     """Who may delete what (docs/security.md)."""
     parser.add_argument(
         "--ownership",
         choices=("enforce", "off"),
-        default="enforce",
-        help="apply a request only for rows its subject owns (default: enforce)",
+        default="enforce" if consumer_default("ownership") else "off",
+        help="apply a request only for rows its subject owns (default: %(default)s)",
     )
     add_signing_options(parser, "require requests signed with the key")
-    parser.add_argument(
-        "--subject-rate-limit",
-        type=int,
-        default=RATE_LIMIT,
-        metavar="N",
-        help="most requests one subject may have accepted per window; 0: no limit "
+    add_setting(
+        parser,
+        "subject_rate_limit",
+        "most requests one subject may have accepted per window; 0: no limit "
         "(default: %(default)s)",
+        metavar="N",
     )
-    parser.add_argument(
-        "--subject-rate-window",
-        type=float,
-        default=RATE_WINDOW,
+    add_setting(
+        parser,
+        "subject_rate_window",
+        "the rate limit's window (default: %(default)s)",
         metavar="SECONDS",
-        help="the rate limit's window (default: %(default)s)",
     )
-    parser.add_argument(
-        "--min-removal-batch",
-        type=int,
-        default=1,
+    add_setting(
+        parser,
+        "min_removal_batch",
+        "hold a client's removals until they cover K rows, so that one removal message "
+        "never describes fewer than K samples (default: %(default)s, no holding)",
         metavar="K",
-        help="hold a client's removals until they cover K rows, so that one removal message "
-        "never describes fewer than K samples (default: 1, no holding)",
     )
 
 

@@ -2,20 +2,25 @@
 
 The same settings come from ``unlearnsim run --stream kafka``'s options
 (:func:`server.kafka.launch.stream_from_args`) and from a Flower run config's ``kafka-*`` keys
-(:class:`server.flower.settings.RunConfig`); :func:`server.kafka.launch.consumer_config` turns
+(:class:`server.flower.settings.RunSettings`); :func:`server.kafka.launch.consumer_config` turns
 them into the consumer's configuration.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 #: What to do when the requests log no longer holds what the checkpoint expects.
-OFFSET_GAP_POLICIES = ("fail", "replay", "skip")
-#: Default per-subject rate limit: requests accepted per window of seconds.
-RATE_LIMIT, RATE_WINDOW = 60, 3600.0
+OffsetGap = Literal["fail", "replay", "skip"]
+OFFSET_GAP_POLICIES: tuple[str, ...] = get_args(OffsetGap)
+#: Kafka's usual port, where ``unlearnsim broker start`` listens unless told otherwise.
+KAFKA_PORT = 9092
+#: Tansu's in-memory storage, the bundled broker's default (lost when it stops).
+MEMORY_STORAGE = "memory://tansu/"
+#: Partitions of a new requests topic: one, so that requests are applied in the order sent.
+REQUEST_PARTITIONS = 1
 
 
 class ConsumerSettings(BaseModel):
@@ -45,9 +50,9 @@ class ConsumerSettings(BaseModel):
     ownership: bool = True
     signing_key_env: str = ""
     signing_key_file: str = ""
-    subject_rate_limit: int = Field(default=RATE_LIMIT, ge=0)
-    subject_rate_window: float = Field(default=RATE_WINDOW, gt=0)
-    on_offset_gap: Literal["fail", "replay", "skip"] = "fail"
+    subject_rate_limit: int = Field(default=60, ge=0)
+    subject_rate_window: float = Field(default=3600.0, gt=0)
+    on_offset_gap: OffsetGap = "fail"
     min_removal_batch: int = Field(default=1, ge=1)
     ready_file: str = ""
 
@@ -55,3 +60,12 @@ class ConsumerSettings(BaseModel):
     def enabled(self) -> bool:
         """Whether Kafka is configured (a bootstrap address is set)."""
         return bool(self.bootstrap)
+
+
+def consumer_default(name: str) -> Any:
+    """The default of the setting ``name``: the one place a Kafka default is written.
+
+    The command-line options (:mod:`server.kafka.options`), :class:`~server.kafka.topics.Topics`
+    and :class:`~server.kafka.batcher.BatchConfig` take their defaults from here.
+    """
+    return ConsumerSettings.model_fields[name].default

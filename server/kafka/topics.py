@@ -17,15 +17,21 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.security import client_options
+from server.kafka.settings import REQUEST_PARTITIONS, ConsumerSettings, consumer_default
 
 
 @dataclass(frozen=True)
 class Topics:
     """Names of the three topics: requests in, receipts out, malformed input out."""
 
-    requests: str = "deletion-requests"
-    receipts: str = "deletion-receipts"
-    dead_letters: str = "deletion-dead-letters"
+    requests: str = consumer_default("requests_topic")
+    receipts: str = consumer_default("receipts_topic")
+    dead_letters: str = consumer_default("dead_letter_topic")
+
+    @classmethod
+    def of(cls, settings: ConsumerSettings) -> Topics:
+        """The topics ``settings`` name."""
+        return cls(settings.requests_topic, settings.receipts_topic, settings.dead_letter_topic)
 
     def all(self) -> tuple[str, str, str]:
         """The three topic names: requests, receipts, dead letters."""
@@ -36,7 +42,7 @@ def ensure_topics(
     bootstrap: str,
     topics: Topics,
     *,
-    request_partitions: int = 1,
+    request_partitions: int = REQUEST_PARTITIONS,
     timeout: float = 30.0,
 ) -> None:
     """Create the topics that do not exist yet (existing ones are left as they are).

@@ -33,14 +33,14 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
-from simulator.runner.configs import backbone_spec, decorrelation_config, head_config
+from simulator.runner.configs import backbone_config, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, original_labels, shift_splits
 from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.requests import RowHoldings, expand
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
 from simulator.stream import DeletionRequest, batches, generate_stream
-from simulator.unlearners import ModelSettings, TrainingSet
+from simulator.unlearners import ModelConfig, TrainingSet
 
 IntArray = NDArray[np.int64]
 
@@ -73,7 +73,7 @@ class Workload:
     splits: dict[str, EvalSplit]
     steps: tuple[IntArray, ...]
     evaluate_after: dict[int, int]
-    settings: ModelSettings
+    settings: ModelConfig
     notes: tuple[str, ...]
     split_notes: tuple[str, ...] = ()
 
@@ -83,12 +83,12 @@ class Workload:
         return tuple(sorted(self.evaluate_after.values()))
 
 
-def settings_from_scenario(scenario: Scenario) -> ModelSettings:
+def settings_from_scenario(scenario: Scenario) -> ModelConfig:
     """Shared model settings from a scenario's ``model``, ``rff``, ``head``, ``decorrelation``."""
     m = scenario.model
     bandwidth = scenario.rff.bandwidth
-    return ModelSettings(
-        backbone=backbone_spec(scenario),
+    return ModelConfig(
+        backbone=backbone_config(scenario),
         epochs=max(1, m.rounds * m.local_epochs),
         batch_size=m.batch_size,
         lr=m.lr,

@@ -1,6 +1,7 @@
 """Datasets for unlearnsim: sources, readers, a synthetic generator, client partitions, shifts.
 
-The entry point is :func:`load_source`; every source returns the same :class:`Dataset`.
+The entry point is :func:`load_source` (given the scenario's ``data`` section, a
+:class:`~simulator.scenario.DataSpec`); every source returns the same :class:`Dataset`.
 """
 
 from simulator.data.cifar import read_cifar10
@@ -8,7 +9,7 @@ from simulator.data.dataset import Dataset, Modality
 from simulator.data.embeddings import EmbeddedText, embed_sentences
 from simulator.data.idx import read_idx_dir, read_idx_images, read_idx_labels
 from simulator.data.image_splits import ImageSplits
-from simulator.data.partition import PartitionKind, partition
+from simulator.data.partition import partition
 from simulator.data.shift import (
     OODSplit,
     ShiftedSet,
@@ -19,8 +20,8 @@ from simulator.data.shift import (
     label_swap_test,
     rotate_images,
 )
-from simulator.data.sources import known_sources, load_source, register_source
-from simulator.data.synthetic import SyntheticSpec, SyntheticTruth, make_synthetic, synthetic_truth
+from simulator.data.sources import known_sources, load_source
+from simulator.data.synthetic import SyntheticTruth, make_synthetic, synthetic_truth
 from simulator.data.tabular import LabelledTable, read_csv_table
 from simulator.data.text import TextSplits, read_rotten_tomatoes, read_sst2
 
@@ -31,10 +32,8 @@ __all__ = [
     "LabelledTable",
     "Modality",
     "OODSplit",
-    "PartitionKind",
     "ShiftKind",
     "ShiftedSet",
-    "SyntheticSpec",
     "SyntheticTruth",
     "TextSplits",
     "apply_shift",
@@ -53,7 +52,6 @@ __all__ = [
     "read_idx_labels",
     "read_rotten_tomatoes",
     "read_sst2",
-    "register_source",
     "rotate_images",
     "synthetic_truth",
 ]

@@ -83,11 +83,7 @@ class Dataset:
             _check_labels(self.name, "ood_y", self.ood_y, None)
             splits.append(("ood", self.ood_x, self.ood_y))
         for split, x, y in splits:
-            if x.ndim != 2 or x.shape[0] != y.shape[0]:
-                raise InputError(
-                    f"Dataset {self.name!r}: x_{split} has shape {x.shape}, expected "
-                    f"({y.shape[0]}, d) to match its {y.shape[0]} label(s)"
-                )
+            check_rows(f"Dataset {self.name!r}: x_{split}", x, y, "(n, d)")
             if x.shape[1] != self.x_train.shape[1]:
                 raise InputError(
                     f"Dataset {self.name!r}: x_{split} has {x.shape[1]} columns, x_train has "
@@ -124,12 +120,26 @@ class Dataset:
     @property
     def n_train(self) -> int:
         """Number of training rows (= number of sample ids)."""
-        return int(self.y_train.shape[0])
+        return len(self.y_train)
 
     @property
     def n_features(self) -> int:
         """Row width: features, flattened pixels or sequence length."""
         return int(self.x_train.shape[1])
+
+
+def check_rows(subject: str, x: NDArray[Any], y: NDArray[Any], layout: str) -> None:
+    """``x`` has the dimensions ``layout`` names (``"(n, d)"``) and one row per label in ``y``.
+
+    Raises
+    ------
+    InputError
+        Naming ``subject``, its shape and the expected one.
+    """
+    if x.ndim != layout.count(",") + 1 or x.shape[0] != y.shape[0]:
+        raise InputError(
+            f"{subject} has shape {x.shape}, expected {layout} with n = {y.shape[0]} labels"
+        )
 
 
 def _check_labels(name: str, field: str, y: NDArray[Any], num_classes: int | None) -> None:

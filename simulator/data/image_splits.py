@@ -7,32 +7,21 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.data.dataset import check_rows
+from simulator.data.raw import Splits
 from simulator.errors import InputError
 
 
 @dataclass(frozen=True)
-class ImageSplits:
-    """Raw uint8 images ``(n, C, H, W)`` with int64 labels, as read from disk.
-
-    ``x_test``/``y_test`` are ``None`` when the files hold no test split.
-    """
-
-    x_train: NDArray[np.uint8]
-    y_train: NDArray[np.int64]
-    x_test: NDArray[np.uint8] | None
-    y_test: NDArray[np.int64] | None
-    class_names: tuple[str, ...]
+class ImageSplits(Splits[NDArray[np.uint8]]):
+    """Raw uint8 images ``(n, C, H, W)`` with int64 labels, as read from disk."""
 
     def __post_init__(self) -> None:
         pairs = [("train", self.x_train, self.y_train)]
         if self.x_test is not None and self.y_test is not None:
             pairs.append(("test", self.x_test, self.y_test))
         for split, x, y in pairs:
-            if x.ndim != 4 or x.shape[0] != y.shape[0]:
-                raise InputError(
-                    f"{split} images have shape {x.shape}, expected (n, C, H, W) with n = "
-                    f"{y.shape[0]} labels"
-                )
+            check_rows(f"{split} images", x, y, "(n, C, H, W)")
             if y.size and (y.min() < 0 or y.max() >= len(self.class_names)):
                 raise InputError(
                     f"{split} labels outside 0..{len(self.class_names) - 1} "

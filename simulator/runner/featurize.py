@@ -29,7 +29,7 @@ from simulator.models import (
 )
 from simulator.models.featurizer import Featurizer, freeze_featurizer
 from simulator.models.fedavg import LocalRound, fedavg_rounds
-from simulator.runner.configs import backbone_spec
+from simulator.runner.configs import backbone_config
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng, child_seed
 
@@ -37,7 +37,7 @@ from simulator.seeds import child_rng, child_seed
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     """The backbone the scenario names, initialised from the extractor stage's seed."""
     return build_network(
-        backbone_spec(scenario),
+        backbone_config(scenario),
         dataset.x_train,
         tokens=dataset.modality == "tokens",
         vocab_size=dataset.vocab_size,

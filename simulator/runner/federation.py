@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data import load_source, partition
 from simulator.data.dataset import Dataset
-from simulator.data.synthetic import SyntheticSpec
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
@@ -58,6 +57,31 @@ class FederationData:
     retain_probe: IntArray
 
 
+T = TypeVar("T")
+
+
+class _FromData(Generic[T]):
+    """A read-only attribute of a :class:`Federation` that is the same field of its ``data``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, fed: None, owner: type) -> _FromData[T]: ...
+
+    @overload
+    def __get__(self, fed: Federation, owner: type | None = None) -> T: ...
+
+    def __get__(self, fed: Federation | None, owner: type | None = None) -> T | _FromData[T]:
+        if fed is None:
+            return self
+        value: T = getattr(fed.data, self.name)
+        return value
+
+    def __set__(self, fed: Federation, value: T) -> None:
+        raise AttributeError(f"{self.name} is part of the federation's fixed data")
+
+
 #: Version of :meth:`Federation.state_dict`'s layout.
 STATE_VERSION = 1
 
@@ -69,7 +93,7 @@ class Federation:
     ``clients``), the clients themselves (retained rows, weights) and the clients ``excluded``
     after failing; :meth:`state_dict` / :meth:`load_state_dict` save and restore exactly that,
     as versioned plain data (a checkpoint writes it; the data is rebuilt from the scenario).
-    The data's fields are read through properties (``fed.scenario``, ``fed.dataset``...).
+    The data's fields read as the federation's own (``fed.scenario`` is ``fed.data.scenario``).
     """
 
     def __init__(
@@ -89,50 +113,15 @@ class Federation:
         #: clients that failed and left the federation, with the reason
         self.excluded: dict[int, str] = {}
 
-    @property
-    def scenario(self) -> Scenario:
-        """The scenario."""
-        return self.data.scenario
-
-    @property
-    def dataset(self) -> Dataset:
-        """The loaded rows."""
-        return self.data.dataset
-
-    @property
-    def client_indices(self) -> list[IntArray]:
-        """Each client's global row ids."""
-        return self.data.client_indices
-
-    @property
-    def public_indices(self) -> IntArray:
-        """The public pool's row ids."""
-        return self.data.public_indices
-
-    @property
-    def featurizer(self) -> Featurizer:
-        """The extractor and RFF map."""
-        return self.data.featurizer
-
-    @property
-    def train_features(self) -> FloatArray:
-        """Head features of every training row."""
-        return self.data.train_features
-
-    @property
-    def eval_sets(self) -> EvaluationSets:
-        """The evaluation splits."""
-        return self.data.eval_sets
-
-    @property
-    def requests(self) -> list[DeletionRequest]:
-        """The generated deletion stream."""
-        return self.data.requests
-
-    @property
-    def retain_probe(self) -> IntArray:
-        """Rows sampled for the retain-split metrics."""
-        return self.data.retain_probe
+    scenario = _FromData[Scenario]()
+    dataset = _FromData[Dataset]()
+    client_indices = _FromData[list[IntArray]]()
+    public_indices = _FromData[IntArray]()
+    featurizer = _FromData[Featurizer]()
+    train_features = _FromData[FloatArray]()
+    eval_sets = _FromData[EvaluationSets]()
+    requests = _FromData[list[DeletionRequest]]()
+    retain_probe = _FromData[IntArray]()
 
     def head_data_retained(self) -> IntArray:
         """Global ids of every retained row."""
@@ -225,26 +214,8 @@ class Stateful(Protocol):
 
 def load_dataset(scenario: Scenario) -> Dataset:
     """Load the scenario's source and check class ids against it."""
-    d = scenario.data
-    synthetic = None
-    if d.synthetic is not None:
-        synthetic = SyntheticSpec(**d.synthetic.model_dump())
-    text = d.text
-    ds = load_source(
-        d.source,
-        rng=child_rng(scenario.seed, "data"),
-        path=d.path,
-        label_column=d.label_column,
-        classes=d.classes,
-        max_train=d.max_train,
-        max_test=d.max_test,
-        test_fraction=d.test_fraction,
-        text_representation=text.representation if text else "embedding",
-        max_len=text.max_len if text else 48,
-        vocab_size=text.vocab_size if text else 5000,
-        synthetic=synthetic,
-    )
-    scenario.check_against(None if d.classes is not None else ds.num_classes)
+    ds = load_source(scenario.data, rng=child_rng(scenario.seed, "data"))
+    scenario.check_against(None if scenario.data.classes is not None else ds.num_classes)
     return ds
 
 
@@ -258,17 +229,32 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
         k = round(scenario.model.public_fraction * n)
         public = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
         ids = np.setdiff1d(ids, public)
-    p = scenario.partition
-    flat = ds.x_train[ids].reshape(len(ids), -1) if p.kind == "covariate" else None
+    spec = scenario.partition
+    flat = ds.x_train[ids].reshape(len(ids), -1) if spec.kind == "covariate" else None
     parts = partition(
         ds.y_train[ids],
-        num_clients=p.num_clients,
-        kind=p.kind,
+        spec,
         rng=child_rng(scenario.seed, "partition"),
-        alpha=p.alpha,
         features=None if flat is None else np.asarray(flat, dtype=np.float64),
     )
     return [ids[part] for part in parts], public
+
+
+def deletion_stream(
+    scenario: Scenario, ds: Dataset, shards: list[IntArray]
+) -> list[DeletionRequest]:
+    """The scenario's generated deletion requests over the client ``shards`` of ``ds``.
+
+    Targets name original labels (``data.classes``), so the labels are mapped back first.
+    """
+    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
+    return generate_stream(
+        scenario.stream,
+        client_indices=shards,
+        labels=labels,
+        scenario_name=scenario.name,
+        rng=child_rng(scenario.seed, "stream"),
+    )
 
 
 def build_federation(
@@ -322,14 +308,7 @@ def build_federation(
         rng=child_rng(scenario.seed, "head"),
     )
     eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
-    requests = generate_stream(
-        scenario.stream,
-        client_indices=shards,
-        labels=labels,
-        scenario_name=scenario.name,
-        rng=child_rng(scenario.seed, "stream"),
-    )
+    requests = deletion_stream(scenario, ds, shards)
     all_client = np.sort(np.concatenate(shards))
     probe_rng = child_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))

@@ -12,9 +12,9 @@ once; :mod:`simulator.scenario.problems` turns them into one line per problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 #: Error type used for the collected problems (see ``problems.py``).
@@ -50,6 +50,24 @@ MAX_TICK_SECONDS = 365 * 24 * 3600
 MAX_SCALE = 1e12
 #: Any other integer (seeds, class ids, checkpoints): beyond this it is not a real setting.
 MAX_INT = 2**53
+
+# The bounded kinds of setting, each bound written once (a field adds its default and text).
+#: A width: features, hidden units, vocabulary, sequence length (1 .. MAX_WIDTH).
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+#: Simulated seconds of one tick (0 < x <= MAX_TICK_SECONDS).
+TickSeconds = Annotated[float, Field(gt=0, le=MAX_TICK_SECONDS)]
+#: A number of rows, samples or requests (1 .. MAX_ROWS).
+Rows = Annotated[int, Field(ge=1, le=MAX_ROWS)]
+#: Rounds, steps or batches, possibly none (0 .. MAX_ITERATIONS).
+Iterations = Annotated[int, Field(ge=0, le=MAX_ITERATIONS)]
+#: Epochs or a cadence, at least one (1 .. MAX_ITERATIONS).
+PositiveIterations = Annotated[int, Field(ge=1, le=MAX_ITERATIONS)]
+#: Attention heads, layers, functions per column (1 .. MAX_LAYERS).
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+#: A positive real scale: learning rates, regularisation, sigma, epsilon (0 < x <= MAX_SCALE).
+PositiveScale = Annotated[float, Field(gt=0, le=MAX_SCALE)]
+#: A real scale that may be zero: noise, penalties, severities (0 <= x <= MAX_SCALE).
+NonNegativeScale = Annotated[float, Field(ge=0, le=MAX_SCALE)]
 
 
 def _too_large(value: Any) -> bool:
@@ -118,6 +136,13 @@ class Checks:
             "{summary}",
             {"summary": summary, "problems": list(self.problems)},
         )
+
+
+def refuse(loc: Loc, message: str, *, got: object = _NO_VALUE) -> None:
+    """Raise the one problem of a validator that checks a single thing (see :class:`Checks`)."""
+    checks = Checks()
+    checks.add(loc, message, got=got)
+    checks.raise_if_any()
 
 
 def show_value(value: object, limit: int = 60) -> str:

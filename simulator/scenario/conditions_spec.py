@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from simulator.scenario._base import (
-    MAX_ITERATIONS,
     MAX_ROWS,
-    MAX_SCALE,
     MAX_TICKS,
     Checks,
+    NonNegativeScale,
+    PositiveIterations,
     Section,
+    refuse,
 )
 
 
@@ -30,11 +31,8 @@ class ShiftSpec(Section):
         "class_prior: resample the test labels to a new prior."
     )
     start: int = Field(ge=0, le=MAX_TICKS, description="Tick from which the shift is active.")
-    severity: float | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_SCALE,
-        description="Noise std (gaussian_noise) or degrees (rotation).",
+    severity: NonNegativeScale | None = Field(
+        default=None, description="Noise std (gaussian_noise) or degrees (rotation)."
     )
     prior: list[float] | None = Field(
         default=None, description="Class prior over the in-distribution classes (class_prior)."
@@ -77,10 +75,8 @@ class OODSpec(Section):
 
     @model_validator(mode="after")
     def _distinct(self) -> OODSpec:
-        checks = Checks()
         if self.source_class == self.target_class:
-            checks.add(("target_class",), "should differ from source_class", got=self.target_class)
-        checks.raise_if_any()
+            refuse(("target_class",), "should differ from source_class", got=self.target_class)
         return self
 
 
@@ -125,8 +121,8 @@ class ShiftSplitSpec(Section):
 class EvaluationSpec(Section):
     """When metrics are computed."""
 
-    every: int = Field(
-        default=1, ge=1, le=MAX_ITERATIONS, description="Deletion batches between cheap metrics."
+    every: PositiveIterations = Field(
+        default=1, description="Deletion batches between cheap metrics."
     )
     checkpoints: list[int] = Field(
         default=[],

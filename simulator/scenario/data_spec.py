@@ -15,11 +15,14 @@ from pydantic import Field, model_validator
 from simulator.scenario._base import (
     MAX_CLASSES,
     MAX_CLIENTS,
-    MAX_ROWS,
-    MAX_SCALE,
     MAX_WIDTH,
     Checks,
+    NonNegativeScale,
+    PositiveScale,
+    Rows,
     Section,
+    Width,
+    refuse,
 )
 
 DataSource = Literal[
@@ -35,6 +38,8 @@ DataSource = Literal[
     "sst2",
     "csv",
 ]
+#: Partition schemes (:func:`simulator.data.partition`).
+PartitionKind = Literal["iid", "dirichlet", "covariate", "quantity"]
 #: Sources whose samples are sentences (they accept the ``text`` section).
 TEXT_SOURCES: tuple[str, ...] = ("rotten_tomatoes", "sst2")
 #: Sources whose samples are images (they accept a ``rotation`` shift).
@@ -53,42 +58,48 @@ class TextSpec(Section):
         description="embedding: fixed sentence embeddings (any backbone); "
         "tokens: token ids for an lstm/transformer backbone.",
     )
-    max_len: int = Field(
-        default=48, ge=1, le=MAX_WIDTH, description="Tokens kept per sentence (tokens only)."
-    )
+    max_len: Width = Field(default=48, description="Tokens kept per sentence (tokens only).")
     vocab_size: int = Field(
         default=5000, ge=2, le=MAX_WIDTH, description="Vocabulary size, incl. padding/unknown."
     )
 
 
 class SyntheticSpec(Section):
-    """Generator of a classification task with causal and spurious features."""
+    """Generator of a classification task with causal and spurious features.
 
-    n_train: int = Field(default=2000, ge=1, le=MAX_ROWS, description="Training samples.")
-    n_test: int = Field(default=1000, ge=1, le=MAX_ROWS, description="Test samples.")
-    n_features: int = Field(default=20, ge=1, le=MAX_WIDTH, description="Input dimension.")
+    The task of :func:`simulator.data.synthetic.make_synthetic`: ``n_causal`` causal columns,
+    one spurious column (so ``n_features >= n_causal + 1``), the rest nuisance.
+    """
+
+    n_train: Rows = Field(default=2000, description="Training samples.")
+    n_test: Rows = Field(default=1000, description="Test samples.")
+    n_features: int = Field(default=20, ge=2, le=MAX_WIDTH, description="Input dimension.")
     n_classes: int = Field(default=2, ge=2, le=MAX_CLASSES, description="Number of classes.")
     n_causal: int = Field(default=5, ge=1, description="Features that cause the label.")
     spurious_strength: float = Field(
         default=0.9, ge=0, le=1, description="How strongly the spurious features track the label."
     )
-    noise: float = Field(
-        default=0.5, ge=0, le=MAX_SCALE, description="Std of the additive feature noise."
-    )
+    noise: NonNegativeScale = Field(default=0.5, description="Std of the additive feature noise.")
     correlation: float = Field(
         default=0.5, ge=0, lt=1, description="Correlation between neighbouring causal features."
     )
+    shifted_strength: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Spurious strength of the shifted (OOD) test set; "
+        "null = 1 - spurious_strength.",
+    )
+    n_shifted: Rows | None = Field(default=None, description="Shifted test samples; null = n_test.")
 
     @model_validator(mode="after")
-    def _causal_fits(self) -> SyntheticSpec:
-        checks = Checks()
-        if self.n_causal > self.n_features:
-            checks.add(
+    def _spurious_column_fits(self) -> SyntheticSpec:
+        if self.n_causal >= self.n_features:
+            refuse(
                 ("n_causal",),
-                f"should be at most n_features ({self.n_features})",
+                f"should be below n_features ({self.n_features}): one column is spurious",
                 got=self.n_causal,
             )
-        checks.raise_if_any()
         return self
 
 
@@ -101,12 +112,8 @@ class DataSpec(Section):
     classes: list[int] | None = Field(
         default=None, description="In-distribution labels; samples of other labels become OOD."
     )
-    max_train: int | None = Field(
-        default=None, ge=1, le=MAX_ROWS, description="Cap on training samples."
-    )
-    max_test: int | None = Field(
-        default=None, ge=1, le=MAX_ROWS, description="Cap on test samples."
-    )
+    max_train: Rows | None = Field(default=None, description="Cap on training samples.")
+    max_test: Rows | None = Field(default=None, description="Cap on test samples.")
     test_fraction: float = Field(
         default=0.2, gt=0, lt=1, description="Test share when the source has no fixed split."
     )
@@ -179,14 +186,11 @@ class DataSpec(Section):
 class PartitionSpec(Section):
     """How the training data is split over the clients."""
 
-    kind: Literal["iid", "dirichlet", "covariate", "quantity"] = Field(
+    kind: PartitionKind = Field(
         default="iid",
         description="iid; dirichlet label skew; covariate skew; quantity skew.",
     )
     num_clients: int = Field(default=5, ge=1, le=MAX_CLIENTS, description="Number of clients.")
-    alpha: float = Field(
-        default=0.5,
-        gt=0,
-        le=MAX_SCALE,
-        description="Dirichlet concentration (dirichlet, quantity); smaller = skewier.",
+    alpha: PositiveScale = Field(
+        default=0.5, description="Dirichlet concentration (dirichlet, quantity); smaller = skewier."
     )

@@ -14,14 +14,24 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from simulator.scenario._base import (
-    MAX_ITERATIONS,
     MAX_LAYERS,
-    MAX_ROWS,
     MAX_SCALE,
     MAX_WIDTH,
-    Checks,
+    Iterations,
+    Layers,
+    NonNegativeScale,
+    PositiveIterations,
+    PositiveScale,
+    Rows,
     Section,
+    Width,
+    refuse,
 )
+
+#: Dependence objectives of the decorrelation weights (:mod:`simulator.features.decorrelation`).
+Objective = Literal["paper", "stablenet", "class_conditional"]
+#: What a certified removal charges to the budget (:mod:`simulator.head.accounting`).
+Accounting = Literal["guo", "worst", "exact"]
 
 
 class ModelSpec(Section):
@@ -32,25 +42,17 @@ class ModelSpec(Section):
         description="Extractor; identity feeds the raw inputs to the RFF map. "
         "lstm/transformer need data.text.representation: tokens.",
     )
-    feature_dim: int = Field(
-        default=64, ge=1, le=MAX_WIDTH, description="Width of the extractor output h."
-    )
+    feature_dim: Width = Field(default=64, description="Width of the extractor output h.")
     hidden: list[int] = Field(default=[128], description="Hidden layer widths of the mlp.")
-    embed_dim: int = Field(
-        default=64, ge=1, le=MAX_WIDTH, description="Token embedding width (lstm/transformer)."
+    embed_dim: Width = Field(default=64, description="Token embedding width (lstm/transformer).")
+    heads: Layers = Field(default=2, description="Attention heads (transformer).")
+    layers: Layers = Field(default=1, description="Recurrent / encoder layers (lstm/transformer).")
+    rounds: Iterations = Field(default=3, description="FedAvg rounds training the extractor.")
+    local_epochs: PositiveIterations = Field(
+        default=1, description="Local epochs per FedAvg round."
     )
-    heads: int = Field(default=2, ge=1, le=MAX_LAYERS, description="Attention heads (transformer).")
-    layers: int = Field(
-        default=1, ge=1, le=MAX_LAYERS, description="Recurrent / encoder layers (lstm/transformer)."
-    )
-    rounds: int = Field(
-        default=3, ge=0, le=MAX_ITERATIONS, description="FedAvg rounds training the extractor."
-    )
-    local_epochs: int = Field(
-        default=1, ge=1, le=MAX_ITERATIONS, description="Local epochs per FedAvg round."
-    )
-    batch_size: int = Field(default=64, ge=1, le=MAX_ROWS, description="Local minibatch size.")
-    lr: float = Field(default=1e-3, gt=0, le=MAX_SCALE, description="Extractor learning rate.")
+    batch_size: Rows = Field(default=64, description="Local minibatch size.")
+    lr: PositiveScale = Field(default=1e-3, description="Extractor learning rate.")
     extractor_data: Literal["private", "public"] = Field(
         default="private",
         description="public: extractor trained on a held-out pool never deleted from; "
@@ -74,14 +76,12 @@ class ModelSpec(Section):
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
-        checks = Checks()
         if self.backbone == "transformer" and self.embed_dim % self.heads:
-            checks.add(
+            refuse(
                 ("heads",),
                 f"should divide embed_dim ({self.embed_dim}) for a transformer",
                 got=self.heads,
             )
-        checks.raise_if_any()
         return self
 
     @property
@@ -93,7 +93,7 @@ class ModelSpec(Section):
 class RFFSpec(Section):
     """Random Fourier feature map ``u(h) = sqrt(2/m) cos(h Omega + phi)``."""
 
-    dim: int = Field(default=512, ge=1, le=MAX_WIDTH, description="Number of random features m.")
+    dim: Width = Field(default=512, description="Number of random features m.")
     bandwidth: float | Literal["median"] = Field(
         default="median",
         description="Kernel bandwidth sigma (Omega ~ N(0, 1/sigma^2)); "
@@ -126,34 +126,25 @@ class DecorrelationSpec(Section):
     }
 
     enabled: bool = Field(default=True, description="Learn decorrelation weights.")
-    objective: Literal["paper", "stablenet", "class_conditional"] = Field(
+    objective: Objective = Field(
         default="paper",
         description="Dependence minimised: paper = the paper's covariance of the re-weighted "
         "features w_i u(Z_i); stablenet = StableNet's weighted covariance (can collapse the "
         "mass onto one class); class_conditional = the paper's estimator within each class, "
         "class masses fixed.",
     )
-    features: int | None = Field(
+    features: Width | None = Field(
         default=64,
-        ge=1,
-        le=MAX_WIDTH,
         description="Feature columns whose pairwise dependence is penalised "
         "(a fixed random subset; null = all).",
     )
-    functions: int = Field(
-        default=1, ge=1, le=MAX_LAYERS, description="Random Fourier functions per column."
+    functions: Layers = Field(default=1, description="Random Fourier functions per column.")
+    steps: Iterations = Field(
+        default=100, description="Adam steps of every fit (from uniform weights)."
     )
-    steps: int = Field(
-        default=100,
-        ge=0,
-        le=MAX_ITERATIONS,
-        description="Adam steps of every fit (from uniform weights).",
-    )
-    lr: float = Field(
-        default=0.05, gt=0, le=MAX_SCALE, description="Learning rate of the weight optimiser."
-    )
-    penalty: float = Field(
-        default=0.1, ge=0, le=MAX_SCALE, description="Weight of the sum-of-squares penalty on w."
+    lr: PositiveScale = Field(default=0.05, description="Learning rate of the weight optimiser.")
+    penalty: NonNegativeScale = Field(
+        default=0.1, description="Weight of the sum-of-squares penalty on w."
     )
     max_weight: float | None = Field(
         default=None,
@@ -171,15 +162,11 @@ class HeadSpec(Section):
         "'data'), worst, or exact (a diagnostic; see docs/certified-head.md)",
     }
 
-    lam: float = Field(
-        default=1e-3, gt=0, le=MAX_SCALE, description="L2 regularisation lambda (times n)."
-    )
-    sigma: float = Field(
-        default=10.0, gt=0, le=MAX_SCALE, description="Std of the perturbation vector b."
-    )
-    epsilon: float = Field(default=1.0, gt=0, le=MAX_SCALE, description="Certificate epsilon.")
+    lam: PositiveScale = Field(default=1e-3, description="L2 regularisation lambda (times n).")
+    sigma: PositiveScale = Field(default=10.0, description="Std of the perturbation vector b.")
+    epsilon: PositiveScale = Field(default=1.0, description="Certificate epsilon.")
     delta: float = Field(default=1e-4, gt=0, lt=1, description="Certificate delta.")
-    accounting: Literal["guo", "worst", "exact"] = Field(
+    accounting: Accounting = Field(
         default="guo",
         description="What is charged to the budget: guo = Guo et al.'s data-dependent bound "
         "summed over removals (their accounting); worst = the worst-case bound; exact = the "
@@ -192,14 +179,11 @@ class HeadSpec(Section):
         "events' residual_exact; one gradient round over all clients per batch). Default (null): "
         "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
-    tol: float = Field(
-        default=1e-8, gt=0, le=MAX_SCALE, description="Gradient-norm tolerance of head training."
+    tol: PositiveScale = Field(
+        default=1e-8, description="Gradient-norm tolerance of head training."
     )
-    refresh_every: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_ITERATIONS,
-        description="Retrain the head every N deletion batches (0 = only on budget).",
+    refresh_every: Iterations = Field(
+        default=0, description="Retrain the head every N deletion batches (0 = only on budget)."
     )
     retrain: Literal["warm", "cold"] = Field(
         default="warm",

@@ -131,14 +131,8 @@ class Scenario(Section):
             checks.add(("bootstrap",), "only used with stream.source 'kafka'", got=self.bootstrap)
 
     def _check_shifts(self, checks: Checks) -> None:
-        total = self.stream.total_ticks
         for i, shift in enumerate(self.shifts):
-            if shift.start >= total:
-                checks.add(
-                    ("shifts", i, "start"),
-                    f"should be a tick of the stream (< {total})",
-                    got=shift.start,
-                )
+            self.stream.check_tick(checks, ("shifts", i, "start"), shift.start)
             if shift.kind == "rotation" and self.data.source not in IMAGE_SOURCES:
                 msg = f"'rotation' needs an image source ({', '.join(IMAGE_SOURCES)})"
                 checks.add(("shifts", i, "kind"), f"{msg}, source is '{self.data.source}'")

@@ -15,11 +15,12 @@ from pydantic import Field, model_validator
 from simulator.scenario._base import (
     MAX_CLIENTS,
     MAX_REQUESTS_PER_TICK,
-    MAX_ROWS,
-    MAX_TICK_SECONDS,
     MAX_TICKS,
     Checks,
+    Loc,
+    Rows,
     Section,
+    TickSeconds,
 )
 
 
@@ -66,9 +67,7 @@ class Phase(Section):
     rate: float = Field(
         ge=0, le=MAX_REQUESTS_PER_TICK, description="Mean requests per tick (Poisson)."
     )
-    samples_per_request: int = Field(
-        default=1, ge=1, le=MAX_ROWS, description="Sample ids named by one request."
-    )
+    samples_per_request: Rows = Field(default=1, description="Sample ids named by one request.")
     target: Target = Field(default=Target(), description="Which samples are deleted.")
     burst: Burst | None = Field(default=None, description="Periodic extra requests.")
 
@@ -87,19 +86,14 @@ class StreamSpec(Section):
         default="scenario",
         description="scenario: generated in-process from phases; kafka: read from a topic.",
     )
-    tick_seconds: float = Field(
-        default=1.0,
-        gt=0,
-        le=MAX_TICK_SECONDS,
-        description="Simulated seconds per tick (timestamps of requests).",
+    tick_seconds: TickSeconds = Field(
+        default=1.0, description="Simulated seconds per tick (timestamps of requests)."
     )
-    max_batch_requests: int = Field(
-        default=100, ge=1, le=MAX_ROWS, description="Most requests applied as one deletion batch."
+    max_batch_requests: Rows = Field(
+        default=100, description="Most requests applied as one deletion batch."
     )
-    rows_per_subject: int = Field(
+    rows_per_subject: Rows = Field(
         default=16,
-        ge=1,
-        le=MAX_ROWS,
         description="Rows of one data subject (a client's rows in id order, cut into groups); "
         "a request deletes rows of one subject.",
     )
@@ -121,20 +115,19 @@ class StreamSpec(Section):
                     f"({self.rows_per_subject})",
                     got=phase.samples_per_request,
                 )
-        total = self.total_ticks
         seen_clients: set[int] = set()
         for i, withdrawal in enumerate(self.withdrawals):
-            if withdrawal.at >= total:
-                checks.add(
-                    ("withdrawals", i, "at"),
-                    f"should be a tick of the stream (< {total})",
-                    got=withdrawal.at,
-                )
+            self.check_tick(checks, ("withdrawals", i, "at"), withdrawal.at)
             if withdrawal.client in seen_clients:
                 checks.add(("withdrawals", i, "client"), "withdraws twice", got=withdrawal.client)
             seen_clients.add(withdrawal.client)
         checks.raise_if_any()
         return self
+
+    def check_tick(self, checks: Checks, loc: Loc, tick: int) -> None:
+        """Record a problem at ``loc`` unless ``tick`` is a tick of the stream."""
+        if tick >= self.total_ticks:
+            checks.add(loc, f"should be a tick of the stream (< {self.total_ticks})", got=tick)
 
     @property
     def total_ticks(self) -> int:

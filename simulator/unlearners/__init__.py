@@ -21,16 +21,16 @@ from typing import Any
 from simulator.unlearners.base import (
     BaseUnlearner,
     FitReport,
-    ModelSettings,
+    ModelConfig,
     RemovalOutcome,
     TrainingSet,
     Unlearner,
     check_removal,
 )
 from simulator.unlearners.cr import CertifiedRemoval
-from simulator.unlearners.cu import CertifiedUnlearning, CuOptions
-from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalExtractor, DecoRemovalOptions
-from simulator.unlearners.dpsgd import DpSgd, DpsgdOptions
+from simulator.unlearners.cu import CertifiedUnlearning, CuConfig
+from simulator.unlearners.decoremoval import DecoRemoval, DecoRemovalConfig, DecoRemovalExtractor
+from simulator.unlearners.dpsgd import DpSgd, DpsgdConfig
 from simulator.unlearners.registry import (
     create_unlearner,
     register_unlearner,
@@ -38,10 +38,10 @@ from simulator.unlearners.registry import (
     unlearner_class,
     unregister_unlearner,
 )
-from simulator.unlearners.retrain import Retrain, RetrainOptions
+from simulator.unlearners.retrain import Retrain, RetrainConfig
 from simulator.unlearners.retrain_head import RetrainHead
-from simulator.unlearners.sisa import Sisa, SisaOptions
-from simulator.unlearners.ssd import Ssd, SsdOptions
+from simulator.unlearners.sisa import Sisa, SisaConfig
+from simulator.unlearners.ssd import Ssd, SsdConfig
 
 #: The built-in methods, in the order of the paper's tables (registered in
 #: :mod:`simulator.methods`, loaded from there on first use), then ``retrain_head``.
@@ -62,22 +62,22 @@ __all__ = [
     "BaseUnlearner",
     "CertifiedRemoval",
     "CertifiedUnlearning",
-    "CuOptions",
+    "CuConfig",
     "DecoRemoval",
+    "DecoRemovalConfig",
     "DecoRemovalExtractor",
-    "DecoRemovalOptions",
     "DpSgd",
-    "DpsgdOptions",
+    "DpsgdConfig",
     "FitReport",
-    "ModelSettings",
+    "ModelConfig",
     "RemovalOutcome",
     "Retrain",
+    "RetrainConfig",
     "RetrainHead",
-    "RetrainOptions",
     "Sisa",
-    "SisaOptions",
+    "SisaConfig",
     "Ssd",
-    "SsdOptions",
+    "SsdConfig",
     "TrainingSet",
     "Unlearner",
     "check_removal",

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError, InputError, UnknownSampleError
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
+from simulator.models import BackboneConfig
 from simulator.unlearners.option_checks import require_positive_int
 
 FloatArray = NDArray[np.float64]
@@ -98,7 +98,7 @@ class TrainingSet:
 
 
 @dataclass(frozen=True)
-class ModelSettings:
+class ModelConfig:
     """What every method shares: the network, its training, the RFF map and the head.
 
     The comparison derives these from a scenario (``simulator.compare.workload``) so that all
@@ -106,7 +106,7 @@ class ModelSettings:
 
     Attributes
     ----------
-    backbone : the extractor (``simulator.models.BackboneSpec``); deep baselines train it with a
+    backbone : the extractor (``simulator.models.BackboneConfig``); deep baselines train it with a
         linear classifier on top (``ExtractorWithHead``).
     epochs, batch_size, lr : central training of that network (Adam).
     rff_dim : random Fourier features ``m`` of the head-based methods (retrain, cr, decoremoval).
@@ -116,7 +116,7 @@ class ModelSettings:
     device : torch device name (``"cpu"`` or ``"cuda"``).
     """
 
-    backbone: BackboneSpec = field(default_factory=lambda: BackboneSpec("mlp"))
+    backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig("mlp"))
     epochs: int = 5
     batch_size: int = 64
     lr: float = 1e-3
@@ -226,8 +226,8 @@ OptionsT = TypeVar("OptionsT")
 
 
 @dataclass(frozen=True)
-class NoOptions:
-    """Options of a method that has none besides :class:`ModelSettings`."""
+class NoConfig:
+    """Options of a method that has none besides :class:`ModelConfig`."""
 
 
 class BaseUnlearner(ABC, Generic[OptionsT]):
@@ -235,16 +235,16 @@ class BaseUnlearner(ABC, Generic[OptionsT]):
 
     Parameters
     ----------
-    settings : shared model settings (default :class:`ModelSettings()`).
+    settings : shared model settings (default :class:`ModelConfig()`).
     options : the method's own frozen options dataclass (``options_type``).
     """
 
     name: ClassVar[str] = ""
     guarantee: ClassVar[str] = ""
-    options_type: ClassVar[type[Any]] = NoOptions
+    options_type: ClassVar[type[Any]] = NoConfig
 
-    def __init__(self, settings: ModelSettings | None = None, options: OptionsT | None = None):
-        self.settings = settings if settings is not None else ModelSettings()
+    def __init__(self, settings: ModelConfig | None = None, options: OptionsT | None = None):
+        self.settings = settings if settings is not None else ModelConfig()
         self.options: OptionsT = options if options is not None else self.options_type()
         if not isinstance(self.options, self.options_type):
             raise ConfigError(

@@ -46,7 +46,7 @@ from simulator.unlearners.option_checks import (
 
 
 @dataclass(frozen=True)
-class CuOptions:
+class CuConfig:
     """Hyperparameters of CU (Zhang et al. 2024; defaults from ``method.md`` section 4)."""
 
     radius: float = 20.0
@@ -111,12 +111,12 @@ def lissa(
     return [t / scale for t in h]
 
 
-class CertifiedUnlearning(BaseUnlearner[CuOptions]):
+class CertifiedUnlearning(BaseUnlearner[CuConfig]):
     """Projected training, then a LiSSA Newton step plus Gaussian noise per removal."""
 
     name: ClassVar[str] = "cu"
     guarantee: ClassVar[str] = "approximate Newton + noise (certificate constants not computed)"
-    options_type: ClassVar[type[CuOptions]] = CuOptions
+    options_type: ClassVar[type[CuConfig]] = CuConfig
 
     # ------------------------------------------------------------------ training
     def _fit(self, train: TrainingSet, seed: int) -> tuple[CuState, FitReport]:

@@ -45,7 +45,7 @@ import numpy as np
 from simulator.features.decorrelation import DecorrelationConfig, Objective, fit_weights
 from simulator.models import ExtractorWithHead, extract_features
 from simulator.seeds import child_seed
-from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
+from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 from simulator.unlearners.features import EpochWeights
 from simulator.unlearners.headbased import EXTRACTOR_NOTE, CertifiedHeadUnlearner, SampleWeights
 from simulator.unlearners.networks import device_of
@@ -61,7 +61,7 @@ EXTRACTOR_MODE_NOTE = (
 
 
 @dataclass(frozen=True)
-class DecoRemovalOptions:
+class DecoRemovalConfig:
     """Options of DecoRemoval.
 
     Attributes
@@ -96,12 +96,12 @@ class ColdRefit:
         return np.asarray(result.weights, dtype=np.float64)
 
 
-class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalOptions]):
+class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalConfig]):
     """DecoRemoval: decorrelation-weighted certified head on frozen RFF features."""
 
     name: ClassVar[str] = "decoremoval"
     guarantee: ClassVar[str] = "(eps, delta)-certified head; extractor not certified"
-    options_type: ClassVar[type[DecoRemovalOptions]] = DecoRemovalOptions
+    options_type: ClassVar[type[DecoRemovalConfig]] = DecoRemovalConfig
 
     def _config(self) -> DecorrelationConfig:
         config = self.settings.decorrelation
@@ -159,7 +159,7 @@ class DecoRemovalExtractor(DecoRemoval):
     name: ClassVar[str] = "decoremoval_extractor"
 
     def __init__(
-        self, settings: ModelSettings | None = None, options: DecoRemovalOptions | None = None
+        self, settings: ModelConfig | None = None, options: DecoRemovalConfig | None = None
     ) -> None:
-        given = options if options is not None else DecoRemovalOptions()
+        given = options if options is not None else DecoRemovalConfig()
         super().__init__(settings, dataclasses.replace(given, mode="extractor"))

@@ -29,7 +29,7 @@ from simulator.unlearners.option_checks import require_non_negative, require_pos
 
 
 @dataclass(frozen=True)
-class DpsgdOptions:
+class DpsgdConfig:
     """Noise multiplier ``z`` and clipping norm ``C`` of DP-SGD (Abadi et al. 2016, Alg. 1)."""
 
     noise_multiplier: float = 1.0
@@ -58,12 +58,12 @@ def _opacus() -> Any:
     return opacus
 
 
-class DpSgd(BaseUnlearner[DpsgdOptions]):
+class DpSgd(BaseUnlearner[DpsgdConfig]):
     """DP-SGD training (opacus); :meth:`remove` only records the deletion."""
 
     name: ClassVar[str] = "dpsgd"
     guarantee: ClassVar[str] = "(eps, delta)-DP training; removal is a no-op"
-    options_type: ClassVar[type[DpsgdOptions]] = DpsgdOptions
+    options_type: ClassVar[type[DpsgdConfig]] = DpsgdConfig
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[DpsgdState, FitReport]:
         opacus = _opacus()

@@ -2,7 +2,7 @@
 
 ``x --extractor--> h --RFF (fixed)--> z --clip ||z|| <= 1--> head`` (``method.md`` section 1;
 DecoRemoval Sec. 3.2). The comparison trains the extractor centrally on the rows it is given,
-with the shared :class:`~simulator.unlearners.base.ModelSettings`; for ``cr`` and
+with the shared :class:`~simulator.unlearners.base.ModelConfig`; for ``cr`` and
 ``decoremoval`` those are all training rows, so deleted samples did shape the extractor: their
 certificate covers the head only, and the results say so.
 """
@@ -19,7 +19,7 @@ from simulator.metrics.scores import class_probabilities
 from simulator.models import ExtractorWithHead
 from simulator.models.featurizer import Featurizer, freeze_featurizer
 from simulator.seeds import child_rng, child_torch
-from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
+from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, train_network
 
 #: The last plainly trained featurizer of each live training set, by (seed, settings, rows):
@@ -28,7 +28,7 @@ from simulator.unlearners.networks import build_network, device_of, train_networ
 #: featurizer is frozen after training and never modified, so sharing it changes no result;
 #: only the second method's ``fit_seconds`` no longer include the extractor's training.
 _FEATURIZERS: weakref.WeakKeyDictionary[
-    TrainingSet, dict[tuple[int, ModelSettings, str], Featurizer]
+    TrainingSet, dict[tuple[int, ModelConfig, str], Featurizer]
 ] = weakref.WeakKeyDictionary()
 
 #: Per-epoch weights of the extractor's training loss, given the network being trained.
@@ -38,7 +38,7 @@ EpochWeights = Callable[[ExtractorWithHead, int], FloatArray | None]
 def train_featurizer(
     train: TrainingSet,
     rows: IntArray,
-    settings: ModelSettings,
+    settings: ModelConfig,
     seed: int,
     *,
     epoch_weights: EpochWeights | None = None,

@@ -27,7 +27,7 @@ from simulator.unlearners.base import (
     FitReport,
     FloatArray,
     IntArray,
-    NoOptions,
+    NoConfig,
     OptionsT,
     TrainingSet,
 )
@@ -110,14 +110,14 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         return state.head
 
 
-class UniformHeadUnlearner(CertifiedHeadUnlearner[NoOptions]):
+class UniformHeadUnlearner(CertifiedHeadUnlearner[NoConfig]):
     """A certified head with uniform sample weights and no options (``cr``, ``retrain_head``).
 
     The two differ only in what their registry entry's removal does to the head (a certified
     Newton step or a retrain from scratch).
     """
 
-    options_type: ClassVar[type[NoOptions]] = NoOptions
+    options_type: ClassVar[type[NoConfig]] = NoConfig
 
     def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
         return SampleWeights(None, None, {})

@@ -24,14 +24,14 @@ from simulator.models import (
     local_train,
     resolve_device,
 )
-from simulator.unlearners.base import FloatArray, IntArray, ModelSettings, TrainingSet
+from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 
 #: Rows per forward pass at inference and per vmapped chunk of per-sample gradients.
 INFERENCE_BATCH = 1024
 GRADIENT_CHUNK = 64
 
 
-def device_of(settings: ModelSettings) -> torch.device:
+def device_of(settings: ModelConfig) -> torch.device:
     """The torch device the settings name (``auto`` falls back to the CPU)."""
     name = settings.device
     if name not in ("auto", "cpu", "cuda"):
@@ -40,7 +40,7 @@ def device_of(settings: ModelSettings) -> torch.device:
 
 
 def build_network(
-    settings: ModelSettings, train: TrainingSet, generator: torch.Generator
+    settings: ModelConfig, train: TrainingSet, generator: torch.Generator
 ) -> ExtractorWithHead:
     """The scenario's backbone plus a linear classifier, initialised from ``generator``."""
     return backbones.build_network(
@@ -65,7 +65,7 @@ def train_network(
     model: ExtractorWithHead,
     train: TrainingSet,
     rows: IntArray,
-    settings: ModelSettings,
+    settings: ModelConfig,
     *,
     generator: torch.Generator,
     reweigh: Callable[[int], FloatArray | None] | None = None,

@@ -13,7 +13,7 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.methods import Method, compare_methods, method, register_method, unregister_method
-from simulator.unlearners.base import BaseUnlearner, ModelSettings, options_from_mapping
+from simulator.unlearners.base import BaseUnlearner, ModelConfig, options_from_mapping
 
 
 def register_unlearner(name: str, cls: type[BaseUnlearner[Any]], *, force: bool = False) -> None:
@@ -63,7 +63,7 @@ def unlearner_class(name: str) -> type[BaseUnlearner[Any]]:
 
 
 def create_unlearner(
-    name: str, settings: ModelSettings | None = None, **options: Any
+    name: str, settings: ModelConfig | None = None, **options: Any
 ) -> BaseUnlearner[Any]:
     """A new, unfitted unlearner of method ``name`` with the given method options."""
     cls = unlearner_class(name)

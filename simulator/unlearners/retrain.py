@@ -25,7 +25,7 @@ from simulator.unlearners.features import head_proba, train_featurizer
 
 
 @dataclass(frozen=True)
-class RetrainOptions:
+class RetrainConfig:
     """``perturb``: draw the head's ``b ~ N(0, sigma^2 I)`` as the certified heads do."""
 
     perturb: bool = False
@@ -40,12 +40,12 @@ class RetrainState:
     seed: int
 
 
-class Retrain(BaseUnlearner[RetrainOptions]):
+class Retrain(BaseUnlearner[RetrainConfig]):
     """Retraining from scratch after every removal (exact unlearning, the reference)."""
 
     name: ClassVar[str] = "retrain"
     guarantee: ClassVar[str] = "exact (model depends only on retained rows)"
-    options_type: ClassVar[type[RetrainOptions]] = RetrainOptions
+    options_type: ClassVar[type[RetrainConfig]] = RetrainConfig
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[RetrainState, FitReport]:
         return self._train_on(np.arange(train.n, dtype=np.int64), seed), FitReport(0.0)

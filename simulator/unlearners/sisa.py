@@ -33,7 +33,7 @@ from simulator.unlearners.option_checks import require_positive_int
 
 
 @dataclass(frozen=True)
-class SisaOptions:
+class SisaConfig:
     """``shards`` S (used when the data has no groups or ``use_groups`` is False), ``slices`` R."""
 
     shards: int = 5
@@ -66,7 +66,7 @@ class SisaState:
     row_slice: IntArray
 
 
-def assign_shards(train: TrainingSet, options: SisaOptions, seed: int) -> list[IntArray]:
+def assign_shards(train: TrainingSet, options: SisaConfig, seed: int) -> list[IntArray]:
     """Row ids of every shard: the groups (clients) when allowed, else a seeded random split."""
     if options.use_groups and train.groups is not None:
         return [np.flatnonzero(train.groups == g).astype(np.int64) for g in np.unique(train.groups)]
@@ -79,12 +79,12 @@ def split_slices(rows: IntArray, slices: int, rng: np.random.Generator) -> list[
     return [np.sort(part) for part in np.array_split(rng.permutation(rows), slices)]
 
 
-class Sisa(BaseUnlearner[SisaOptions]):
+class Sisa(BaseUnlearner[SisaConfig]):
     """SISA training and exact unlearning by retraining affected shards from checkpoints."""
 
     name: ClassVar[str] = "sisa"
     guarantee: ClassVar[str] = "exact (affected shards retrained from an unaffected checkpoint)"
-    options_type: ClassVar[type[SisaOptions]] = SisaOptions
+    options_type: ClassVar[type[SisaConfig]] = SisaConfig
 
     @property
     def stage_epochs(self) -> int:

@@ -33,7 +33,7 @@ from simulator.unlearners.option_checks import require_positive
 
 
 @dataclass(frozen=True)
-class SsdOptions:
+class SsdConfig:
     """``dampening`` lambda and ``selection`` alpha of SSD (Foster et al. 2024, eq. 4-5)."""
 
     dampening: float = 1.0
@@ -72,12 +72,12 @@ def dampen(
     return changed, total
 
 
-class Ssd(BaseUnlearner[SsdOptions]):
+class Ssd(BaseUnlearner[SsdConfig]):
     """Selective Synaptic Dampening of a network trained on every row."""
 
     name: ClassVar[str] = "ssd"
     guarantee: ClassVar[str] = "none (heuristic dampening)"
-    options_type: ClassVar[type[SsdOptions]] = SsdOptions
+    options_type: ClassVar[type[SsdConfig]] = SsdConfig
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[SsdState, FitReport]:
         device = device_of(self.settings)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from server.kafka.batcher import BatchPolicy
+from server.kafka.batcher import BatchConfig
 from server.kafka.broker import LocalBroker
 from server.kafka.consumer import ConsumerConfig
 from server.kafka.topics import Topics
@@ -79,7 +79,7 @@ def headers(record: Any) -> dict[str, bytes]:
 
 def config(bootstrap: str, folder: Path, **extra: object) -> ConsumerConfig:
     settings: dict[str, object] = {
-        "batch": BatchPolicy(max_requests=BATCH, max_wait=0.2),
+        "batch": BatchConfig(max_requests=BATCH, max_wait=0.2),
         "idle_timeout": 1.5,
         "events_path": folder / "events.jsonl",
         **extra,

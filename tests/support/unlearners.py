@@ -8,13 +8,13 @@ import numpy as np
 
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
-from simulator.models import BackboneSpec
-from simulator.unlearners import ModelSettings, TrainingSet
+from simulator.models import BackboneConfig
+from simulator.unlearners import ModelConfig, TrainingSet
 
 #: Method options that keep each fit and removal well under a second.
 FAST: dict[str, dict[str, Any]] = {"cu": {"depth": 5, "hvp_batch": 16}, "sisa": {"slices": 2}}
-SETTINGS = ModelSettings(
-    backbone=BackboneSpec("mlp", feature_dim=6, hidden=(12,)),
+SETTINGS = ModelConfig(
+    backbone=BackboneConfig("mlp", feature_dim=6, hidden=(12,)),
     epochs=2,
     batch_size=16,
     lr=1e-2,
