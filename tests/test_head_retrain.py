@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support.heads import planted_problem
 
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, train_head
-from simulator.head.logistic import objective_hessian
+from simulator.head.logistic import StatisticsRequest, objective_hessian
 
 
 def heads(n, d, k, seed, **cfg):
@@ -50,7 +50,7 @@ def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     # the exact Hessian at the reference point seeds the removal machinery
     # the reference point is the converged iterate before the final Newton polish
     assert np.all(np.linalg.norm(warm._W_ref - warm.W, axis=0) <= 2 * tol / lam + 1e-12)
-    stats = warm.data.statistics(warm._W_ref, hessian=True)
+    stats = warm.data.statistics(StatisticsRequest(warm._W_ref, hessian=True))
     np.testing.assert_allclose(
         warm._solver.hessians, objective_hessian(stats, lam=lam), rtol=1e-10, atol=1e-10
     )

@@ -26,7 +26,7 @@ from simulator.federation.snapshot import (
     WeightReport,
 )
 from simulator.head.data import DeletionStatistics, LocalHeadData
-from simulator.head.logistic import ShardStatistics, predict_classes
+from simulator.head.logistic import ShardStatistics, StatisticsRequest, predict_classes
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -182,16 +182,9 @@ class FederatedClient:
         """Largest weight of a retained row."""
         return self.data.max_weight()
 
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics:
-        """Head statistics of the retained rows at ``W`` (the :class:`RowSource` question)."""
-        return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """Head statistics of the retained rows (the :class:`RowSource` question)."""
+        return self.data.statistics(request)
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         """Delete the rows of ``ids`` from this client.

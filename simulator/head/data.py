@@ -10,7 +10,7 @@ clients' answers, so the removal logic is written once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,6 +20,7 @@ from simulator.errors import InputError
 from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     class_labels,
     head_columns,
     shard_statistics,
@@ -69,14 +70,9 @@ class RowSource(Protocol):
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
 
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics: ...
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """The statistics ``request`` asks for, summed over the retained rows."""
+        ...
 
     def delete(
         self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray
@@ -228,21 +224,16 @@ class LocalHeadData:
         bad[ok] = ~self._active[arr[ok]]
         return [int(i) for i in arr[bad]]
 
-    def statistics(
-        self,
-        W: Array,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: Array | None = None,
-    ) -> ShardStatistics:
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """The statistics ``request`` asks for over the retained rows (the backend's arrays).
+
+        Deleted rows count with weight 0; the Gram matrix is taken over the retained rows only.
+        """
         bk = self.backend
         a = bk.asarray(self.weights)
-        stats = shard_statistics(
-            self._Xb, self._Yb, a, W, hessian=hessian, hessian_at=hessian_at, gram=False
-        )
+        stats = shard_statistics(self._Xb, self._Yb, a, replace(request, gram=False))
         g = None
-        if gram:
+        if request.gram:
             Xa = bk.take_rows(self._Xb, self._active)
             g = Xa.T @ Xa
         return ShardStatistics(stats.loss, stats.gradient, stats.hessian, g, self.retained_count)
@@ -252,7 +243,7 @@ class LocalHeadData:
         idx = np.asarray(ids, dtype=np.int64)
         Xr, Yr = bk.take_rows(self._Xb, idx), bk.take_rows(self._Yb, idx)
         ar = bk.asarray(self._a[idx])
-        removed = shard_statistics(Xr, Yr, ar, W)
+        removed = shard_statistics(Xr, Yr, ar, StatisticsRequest(W))
         p = sigmoid(Yr * (Xr @ bk.asarray(W_ref)))
         curvature = ar[:, None] * p * (1.0 - p)
         max_a = float(self._a[idx].max(initial=0.0))
@@ -274,9 +265,7 @@ class LocalHeadData:
                 bk.take_rows(self._Xb, rows),
                 bk.take_rows(self._Yb, rows),
                 bk.asarray(diff[changed]),
-                W,
-                hessian=True,
-                hessian_at=W_ref,
+                StatisticsRequest(W, hessian=True, hessian_at=W_ref),
             )
             l1 = float(np.abs(diff).sum())
             self._a[keep] = new

@@ -40,6 +40,7 @@ from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.data import HeadData
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     objective_gradient,
     objective_hessian,
     objective_value,
@@ -79,18 +80,9 @@ class TrainResult:
             object.__setattr__(self, "hessian_builds", self.iterations + 1)
 
 
-def statistics_in(
-    data: HeadData, W: Array, bk: Backend, *, hessian: bool, gram: bool = False
-) -> ShardStatistics:
-    """The data's statistics at ``W``, moved to ``bk`` (a no-op where they were computed)."""
-    st = data.statistics(W, hessian=hessian, gram=gram)
-    return ShardStatistics(
-        loss=bk.asarray(st.loss),
-        gradient=bk.asarray(st.gradient),
-        hessian=None if st.hessian is None else bk.asarray(st.hessian),
-        gram=None if st.gram is None else bk.asarray(st.gram),
-        count=st.count,
-    )
+def statistics_in(data: HeadData, request: StatisticsRequest, bk: Backend) -> ShardStatistics:
+    """The data's answer to ``request``, moved to ``bk`` (a no-op where it was computed)."""
+    return data.statistics(request).moved_to(bk)
 
 
 def train_head(
@@ -116,7 +108,7 @@ def train_head(
     if tuple(b.shape) != (d, k):
         raise InputError(f"b must be (d, columns) = {(d, k)}, got {tuple(b.shape)}")
     scale = max(1, data.retained_count)
-    stats = statistics_in(data, W, bk, hessian=True, gram=True)
+    stats = statistics_in(data, StatisticsRequest(W, hessian=True, gram=True), bk)
     gram = stats.gram
     assert gram is not None
     for it in range(max_iter + 1):
@@ -146,7 +138,7 @@ def _line_search(
     """Backtracking (Armijo) per class; the full step is accepted near the optimum."""
     grad = objective_gradient(stats, W, b, lam=lam)
     W_new, _ = _armijo(data, W, step, stats, grad, b, lam=lam, bk=bk)
-    return W_new, statistics_in(data, W_new, bk, hessian=True)
+    return W_new, statistics_in(data, StatisticsRequest(W_new, hessian=True), bk)
 
 
 #: ``(d, K) gradient -> (d, K) step`` solving with a fixed SPD matrix per class.
@@ -227,7 +219,7 @@ def retrain_head(
     W = bk.copy(W0)
     b = bk.asarray(b)
     scale = max(1, data.retained_count)
-    stats = statistics_in(data, W, bk, hessian=False)
+    stats = statistics_in(data, StatisticsRequest(W), bk)
     grad = objective_gradient(stats, W, b, lam=lam)
     norms = bk.to_numpy(bk.norms(grad))
     newton = builds = slow = 0
@@ -238,7 +230,7 @@ def retrain_head(
             # one Hessian build at the converged head, then one Newton step with it (a polish
             # that costs K factorisations and a gradient pass: the head lands where a cold
             # Newton run lands, well inside the tolerance); the build's point is the reference
-            final = statistics_in(data, W, bk, hessian=True)
+            final = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
             builds += 1
             H = objective_hessian(final, lam=lam)
             factors = _cholesky_factors(H, bk)  # handed on to the removal solver
@@ -246,7 +238,7 @@ def retrain_head(
                 objective_gradient(final, W, b, lam=lam)
             )
             polished = W - newton_step
-            pstats = statistics_in(data, polished, bk, hessian=False)
+            pstats = statistics_in(data, StatisticsRequest(polished), bk)
             pgrad = objective_gradient(pstats, polished, b, lam=lam)
             pnorms = bk.to_numpy(bk.norms(pgrad))
             better = np.linalg.norm(pnorms) <= np.linalg.norm(norms)
@@ -266,7 +258,7 @@ def retrain_head(
         if it == max_iter:
             break
         if use_newton:
-            hstats = statistics_in(data, W, bk, hessian=True)
+            hstats = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
             builds += 1
             newton += 1
             precondition = _cholesky_preconditioner(objective_hessian(hstats, lam=lam), bk)
@@ -338,7 +330,7 @@ def _armijo(
     cand, trial = W - step, stats
     for _ in range(30):
         cand = W - step * bk.asarray(t)
-        trial = statistics_in(data, cand, bk, hessian=False)
+        trial = statistics_in(data, StatisticsRequest(cand), bk)
         f1 = bk.to_numpy(objective_value(trial, cand, b, lam=lam))
         bad = ~(f1 <= f0 + 1e-4 * t * slope + 1e-12 * np.abs(f0))  # NaN is bad
         if not np.any(bad):
