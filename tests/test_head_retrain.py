@@ -79,14 +79,14 @@ def test_retrain_report_counts_iterations() -> None:
 
 
 def test_warm_retrain_falls_back_to_newton_with_a_poor_preconditioner() -> None:
-    from simulator.head.training import retrain_head
+    from simulator.head.training import WarmStart, retrain_head
 
     X, y = planted_problem(300, 8, 3, seed=2)
     data = LocalHeadData(X, y, 3)
     b = np.random.default_rng(0).normal(size=(8, 3))
     # the identity scaled far off the Hessian: the preconditioned step barely helps
     res = retrain_head(
-        data, b, lam=1e-3, W0=np.zeros((8, 3)), precondition=lambda g: g / (1e4 * 300)
+        data, b, lam=1e-3, start=WarmStart(np.zeros((8, 3)), lambda g: g / (1e4 * 300))
     )
     ref = train_head(data, b, lam=1e-3)
     assert res.newton_iterations >= 2  # a fallback besides the final polish

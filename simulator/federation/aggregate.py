@@ -24,8 +24,8 @@ from numpy.typing import NDArray
 
 from simulator.errors import InputError
 from simulator.head.backend import Array, to_numpy
-from simulator.head.data import DeletionStatistics, RowSource
-from simulator.head.logistic import ShardStatistics, StatisticsRequest, head_columns
+from simulator.head.data import DeletionStatistics, HeadShape, RowSource
+from simulator.head.logistic import ShardStatistics, StatisticsRequest
 
 FloatArray = NDArray[np.float64]
 
@@ -50,7 +50,7 @@ class ClientFanout(Protocol):
         ...
 
 
-class FederatedHeadData:
+class FederatedHeadData(HeadShape):
     """Aggregates client statistics; knows which client owns which global sample id.
 
     Parameters
@@ -70,10 +70,9 @@ class FederatedHeadData:
         num_classes: int,
         fanout: ClientFanout | None = None,
     ) -> None:
+        super().__init__(dim, num_classes)
         self.clients = dict(clients)
         self._owner = dict(owner)
-        self._dim = dim
-        self._k = num_classes
         self._fanout = fanout
         self.last_routing: dict[int, int] = {}
         self.excluded: dict[int, str] = {}
@@ -86,21 +85,6 @@ class FederatedHeadData:
     def owner_of(self, sample_id: int) -> int:
         """The client that holds (or held) ``sample_id``; -1 if none."""
         return self._owner.get(int(sample_id), -1)
-
-    @property
-    def dim(self) -> int:
-        """Feature dimension d."""
-        return self._dim
-
-    @property
-    def num_classes(self) -> int:
-        """Number of classes K."""
-        return self._k
-
-    @property
-    def columns(self) -> int:
-        """Columns of the head (K, or K - 1 when the last class is the reference)."""
-        return head_columns(self._k)
 
     @property
     def retained_count(self) -> int:

@@ -37,6 +37,7 @@ from simulator.errors import InputError, UnknownSampleError
 from simulator.head.accounting import RULES, Charge, StepResiduals
 from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
+    StepTerms,
     certificate_constant,
     data_dependent_bound,
     epsilon_spent,
@@ -55,7 +56,14 @@ from simulator.head.logistic import (
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.training import TrainResult, retrain_head, statistics_in, train_head
+from simulator.head.training import (
+    RetrainSettings,
+    TrainResult,
+    WarmStart,
+    retrain_head,
+    statistics_in,
+    train_head,
+)
 from simulator.threads import all_blas_threads, single_threaded_blas
 
 FloatArray = NDArray[np.float64]
@@ -144,6 +152,7 @@ class CertifiedHead:
 
     @property
     def budget(self) -> float:
+        """The residual budget ``eps'`` (:attr:`HeadConfig.budget`)."""
         return self.config.budget
 
     def gradient_norms(self) -> FloatArray:
@@ -155,6 +164,7 @@ class CertifiedHead:
         return stacked_norm(self.gradient_norms())
 
     def predict(self, X: FloatArray) -> IntArray:
+        """Class of every row of ``X`` (n, d) under the current head."""
         return predict_classes(np.asarray(X, dtype=np.float64) @ self.W)
 
     # ------------------------------------------------------------- save/load
@@ -250,9 +260,8 @@ class CertifiedHead:
                 self.data,
                 self._b,
                 lam=cfg.lam,
-                tol=cfg.tol,
-                W0=self._W,
-                precondition=lambda g: solver.solve(g).step,
+                start=WarmStart(self._W, lambda g: solver.solve(g).step),
+                settings=RetrainSettings(tol=cfg.tol),
                 backend=self._bk,
             )
             gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates
@@ -416,7 +425,6 @@ class CertifiedHead:
     ) -> StepBounds:
         """Worst-case and data-dependent bounds on the step's new error (``certificate.py``)."""
         cfg = self.config
-        gaps = self._norms(self._W_ref - self._W)
         gradient_bounds = removal_gradient_bound(
             batch=m,
             head_norms=self._norms(self._W),
@@ -426,24 +434,21 @@ class CertifiedHead:
         )
         if RULES[cfg.accounting].knows_gradient:
             gradient_bounds = gradient_bounds + self._norms(self._carried)
-        worst = worst_case_bound(
-            gradient_bounds=gradient_bounds,
-            retained=retained,
-            lam=cfg.lam,
-            reference_gaps=gaps,
+        terms = StepTerms(
+            reference_gaps=self._norms(self._W_ref - self._W),
             solve_residuals=solved.residual_norms,
             max_weight=delta.max_weight,
         )
+        worst = worst_case_bound(
+            terms, gradient_bounds=gradient_bounds, retained=retained, lam=cfg.lam
+        )
         # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
         quadratic = self._bk.to_numpy(self._gram.quadratic(solved.step))
-        projected = np.sqrt(np.maximum(quadratic, 0.0))
         data = data_dependent_bound(
+            terms,
             spectral_norm=self._spectral,
             step_norms=self._norms(solved.step),
-            projected_norms=projected,
-            reference_gaps=gaps,
-            solve_residuals=solved.residual_norms,
-            max_weight=delta.max_weight,
+            projected_norms=np.sqrt(np.maximum(quadratic, 0.0)),
         )
         return StepBounds(worst=worst, data=data)
 

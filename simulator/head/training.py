@@ -92,7 +92,6 @@ def train_head(
     lam: float,
     tol: float = 1e-8,
     max_iter: int = 50,
-    W0: Array | None = None,
     backend: Backend = NUMPY,
 ) -> TrainResult:
     """Newton iterations to the minimiser of ``L_b`` on the retained rows of ``data``.
@@ -103,7 +102,7 @@ def train_head(
     start = time.perf_counter()
     bk = backend
     d, k = data.dim, data.columns
-    W = bk.zeros((d, k)) if W0 is None else bk.copy(W0)
+    W = bk.zeros((d, k))
     b = bk.asarray(b)
     if tuple(b.shape) != (d, k):
         raise InputError(f"b must be (d, columns) = {(d, k)}, got {tuple(b.shape)}")
@@ -118,27 +117,32 @@ def train_head(
         if np.all(norms <= tol * scale):
             return TrainResult(W, norms, it, H, gram, time.perf_counter() - start)
         step = _cholesky_preconditioner(H, bk)(grad)
-        W, stats = _line_search(data, W, step, stats, b, lam=lam, bk=bk)
+        W, stats = _line_search(_Objective(data, b, lam, bk), W, step, stats)
     raise NumericalError(
         f"Newton did not reach ||grad|| <= {tol} * {scale} in {max_iter} iterations "
         f"(max gradient norm {float(norms.max()):.3e})"
     )
 
 
+@dataclass(frozen=True)
+class _Objective:
+    """``L_b`` on the retained rows of ``data`` (``logistic.py``), its arrays in ``bk``."""
+
+    data: HeadData
+    b: Array
+    lam: float
+    bk: Backend
+
+
 def _line_search(
-    data: HeadData,
-    W: Array,
-    step: Array,
-    stats: ShardStatistics,
-    b: Array,
-    *,
-    lam: float,
-    bk: Backend,
+    objective: _Objective, W: Array, step: Array, stats: ShardStatistics
 ) -> tuple[Array, ShardStatistics]:
     """Backtracking (Armijo) per class; the full step is accepted near the optimum."""
-    grad = objective_gradient(stats, W, b, lam=lam)
-    W_new, _ = _armijo(data, W, step, stats, grad, b, lam=lam, bk=bk)
-    return W_new, statistics_in(data, StatisticsRequest(W_new, hessian=True), bk)
+    grad = objective_gradient(stats, W, objective.b, lam=objective.lam)
+    W_new, _ = _armijo(objective, W, step, stats, grad)
+    return W_new, statistics_in(
+        objective.data, StatisticsRequest(W_new, hessian=True), objective.bk
+    )
 
 
 #: ``(d, K) gradient -> (d, K) step`` solving with a fixed SPD matrix per class.
@@ -171,30 +175,31 @@ def _cholesky_preconditioner(
     return solve
 
 
-def retrain_head(
-    data: HeadData,
-    b: Array,
-    *,
-    lam: float,
-    W0: Array,
-    precondition: Preconditioner,
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    contraction: float = 0.9,
-    patience: int = 3,
-    memory: int = 10,
-    backend: Backend = NUMPY,
-) -> TrainResult:
-    """The minimiser of ``L_b`` on the retained rows, warm-started at ``W0`` (module docstring).
+@dataclass(frozen=True)
+class WarmStart:
+    """Where a retrain starts (module docstring).
 
-    Parameters
+    Attributes
     ----------
-    data, b, lam, tol : as :func:`train_head`; the stopping rule is the same,
-        ``||grad L_b(w_k)|| <= tol * n`` for every class k.
     W0 : the starting head (the current head: its optimum differs only by the removed rows
         and the new ``b``).
     precondition : applies ``M_k^{-1}`` per class for SPD ``M_k`` close to the Hessian (the
         removal solver's downdated Hessian at its reference point).
+    """
+
+    W0: Array
+    precondition: Preconditioner
+
+
+@dataclass(frozen=True)
+class RetrainSettings:
+    """Stopping rule and tuning of :func:`retrain_head`.
+
+    Attributes
+    ----------
+    tol : as :func:`train_head`; the stopping rule is the same, ``||grad L_b(w_k)|| <= tol * n``
+        for every class k.
+    max_iter : iterations before giving up.
     contraction, patience : after ``patience`` consecutive iterations that do not reduce some
         unconverged class's gradient norm by the factor ``contraction``, the next iteration is a
         true Newton iteration (a Hessian build at the current head, which then becomes the
@@ -204,6 +209,36 @@ def retrain_head(
         inverse Hessian: the new ``b`` moves the head and the curvatures with it, and the pairs
         learn that change (on the benchmark workload the plain preconditioned iteration
         contracted by only 0.5-0.9 per step, L-BFGS by 0.2-0.4).
+    """
+
+    tol: float = 1e-8
+    max_iter: int = 100
+    contraction: float = 0.9
+    patience: int = 3
+    memory: int = 10
+
+
+#: The settings a retrain uses unless told otherwise.
+DEFAULT_RETRAIN = RetrainSettings()
+
+
+def retrain_head(
+    data: HeadData,
+    b: Array,
+    *,
+    lam: float,
+    start: WarmStart,
+    settings: RetrainSettings = DEFAULT_RETRAIN,
+    backend: Backend = NUMPY,
+) -> TrainResult:
+    """The minimiser of ``L_b`` on the retained rows, warm-started (module docstring).
+
+    Parameters
+    ----------
+    data, b, lam : as :func:`train_head`.
+    start : the starting head and the preconditioner.
+    settings : stopping rule and tuning.
+    backend : as :func:`train_head`.
 
     Returns
     -------
@@ -214,9 +249,12 @@ def retrain_head(
     ``iterations`` counts all iterations, ``newton_iterations`` those with a Hessian build
     (the last, the polish, included), ``hessian_builds`` the builds.
     """
-    start = time.perf_counter()
+    t0 = time.perf_counter()
     bk = backend
-    W = bk.copy(W0)
+    W = bk.copy(start.W0)
+    precondition = start.precondition
+    tol, max_iter, contraction = settings.tol, settings.max_iter, settings.contraction
+    patience, memory = settings.patience, settings.memory
     b = bk.asarray(b)
     scale = max(1, data.retained_count)
     stats = statistics_in(data, StatisticsRequest(W), bk)
@@ -249,7 +287,7 @@ def retrain_head(
                 it + 1,
                 H,
                 None,
-                time.perf_counter() - start,
+                time.perf_counter() - t0,
                 newton_iterations=newton + 1,
                 hessian_builds=builds,
                 reference=W,
@@ -266,7 +304,7 @@ def retrain_head(
             step = precondition(grad)
         else:
             step = _lbfgs_direction(grad, history, precondition, bk)
-        W_new, stats_new = _armijo(data, W, step, stats, grad, b, lam=lam, bk=bk)
+        W_new, stats_new = _armijo(_Objective(data, b, lam, bk), W, step, stats, grad)
         grad_new = objective_gradient(stats_new, W_new, b, lam=lam)
         norms_new = bk.to_numpy(bk.norms(grad_new))
         history.append((W_new - W, grad_new - grad))
@@ -290,9 +328,11 @@ def _lbfgs_direction(
     precondition: Preconditioner,
     bk: Backend,
 ) -> Array:
-    """L-BFGS two-loop recursion per class (Nocedal & Wright 2006, Alg. 7.4) with the initial
-    inverse Hessian ``M^{-1}`` (the preconditioner); ``history`` holds ``(s, y)`` pairs (d, K).
-    Strong convexity keeps every ``s_k . y_k >= lam n ||s_k||^2 > 0``."""
+    """L-BFGS two-loop recursion per class (Nocedal & Wright 2006, Alg. 7.4).
+
+    The initial inverse Hessian is ``M^{-1}`` (the preconditioner); ``history`` holds
+    ``(s, y)`` pairs (d, K). Strong convexity keeps every ``s_k . y_k >= lam n ||s_k||^2 > 0``.
+    """
     q = bk.copy(grad)
     coefs = []
     for s, y in reversed(history):
@@ -312,18 +352,14 @@ def _lbfgs_direction(
 
 
 def _armijo(
-    data: HeadData,
-    W: Array,
-    step: Array,
-    stats: ShardStatistics,
-    grad: Array,
-    b: Array,
-    *,
-    lam: float,
-    bk: Backend,
+    objective: _Objective, W: Array, step: Array, stats: ShardStatistics, grad: Array
 ) -> tuple[Array, ShardStatistics]:
-    """Backtracking (Armijo) per class from gradient passes only; returns the accepted head
-    and its statistics (no Hessian), so the next iteration needs no further pass."""
+    """Backtracking (Armijo) per class from gradient passes only.
+
+    Returns the accepted head and its statistics (no Hessian), so the next iteration needs no
+    further pass.
+    """
+    data, b, lam, bk = objective.data, objective.b, objective.lam, objective.bk
     f0 = bk.to_numpy(objective_value(stats, W, b, lam=lam))
     slope = -bk.to_numpy((grad * step).sum(0))
     t = np.ones(W.shape[1])
