@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.errors import InputError
 from simulator.features.decorrelation import WeightResult, fit_weights
 from simulator.federation.snapshot import (
@@ -27,9 +27,6 @@ from simulator.federation.snapshot import (
 )
 from simulator.head.data import DeletionStatistics, LocalHeadData
 from simulator.head.logistic import ShardStatistics, StatisticsRequest, predict_classes
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 class FederatedClient:

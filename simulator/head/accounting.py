@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.errors import InputError
+from simulator.head.certificate import StepResiduals
 from simulator.head.config import Accounting
 
 
@@ -30,22 +31,6 @@ class Charge:
 
     charged: float
     cumulative: float
-
-
-@dataclass(frozen=True)
-class StepResiduals:
-    """One removal step's residual, bounded and measured (stacked norms, ``certificate.py``).
-
-    Attributes
-    ----------
-    worst : the data-independent worst-case bound (Guo et al. Theorem 1).
-    data : the data-dependent bound (Guo et al. Corollary 1).
-    exact : the exact residual of the head after the step, or None when not computed.
-    """
-
-    worst: float
-    data: float
-    exact: float | None
 
 
 def _summed(previous: float, step: float) -> Charge:

@@ -90,6 +90,20 @@ class StepTerms:
     gamma: float = GAMMA_LOGISTIC
 
 
+@dataclass(frozen=True)
+class StepResiduals:
+    """One removal step's residual, bounded and measured (stacked norms, ``certificate.py``).
+
+    ``worst`` is the data-independent bound (Guo et al. Theorem 1), ``data`` the data-dependent
+    one (Corollary 1), ``exact`` the exact residual of the head after the step (None when it
+    was not computed).
+    """
+
+    worst: float
+    data: float
+    exact: float | None
+
+
 def data_dependent_bound(
     terms: StepTerms,
     *,

@@ -34,9 +34,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
-from simulator.head.accounting import RULES, Charge, StepResiduals
+from simulator.head.accounting import RULES, Charge
 from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
+    StepResiduals,
     StepTerms,
     certificate_constant,
     data_dependent_bound,
@@ -74,24 +75,13 @@ STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
-class StepBounds:
-    """Per-class bounds (K,) on the new error of one Newton step."""
-
-    worst: FloatArray
-    data: FloatArray
-
-
-@dataclass(frozen=True)
 class StepOutcome:
     """What one removal measured and decided, for its report.
 
-    Attributes
-    ----------
-    residuals : the step's bounds and exact residual (zeros and the retrained head's residual
-        when the rows were retrained away).
-    charged : what the step charged (0 after a retrain instead of a step).
-    retrain_reason : why the head was retrained (``budget``, ``method``, ``empty``), or None.
-    solver_iterations : refinements of the step's solve.
+    The step's ``residuals`` (zero bounds and the retrained head's residual when the rows were
+    retrained away instead), what it ``charged`` (0 then), why the head was retrained
+    (``budget``, ``method``, ``empty``; None when the step was released) and the refinements
+    of the step's solve.
     """
 
     residuals: StepResiduals
@@ -364,7 +354,7 @@ class CertifiedHead:
             W_new = self._W - solved.step
         with _timed(timings, "bounds"):
             bounds = self._step_bounds(delta, solved, len(ids), retained)
-        residuals, grad_new = self._residuals(bounds, W_new, timings)
+        residuals, grad_new = self._with_exact(bounds, W_new, timings)
         step = RULES[self.config.accounting].charge(self._cumulative, residuals)
         self.removals += 1
         reason = self._settle(step, W_new, grad_new, timings)
@@ -422,8 +412,12 @@ class CertifiedHead:
 
     def _step_bounds(
         self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
-    ) -> StepBounds:
-        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``)."""
+    ) -> StepResiduals:
+        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``).
+
+        The per-class bounds are stacked (one mechanism on the stacked head); ``exact`` is left
+        None (:meth:`_with_exact`).
+        """
         cfg = self.config
         gradient_bounds = removal_gradient_bound(
             batch=m,
@@ -450,24 +444,22 @@ class CertifiedHead:
             step_norms=self._norms(solved.step),
             projected_norms=np.sqrt(np.maximum(quadratic, 0.0)),
         )
-        return StepBounds(worst=worst, data=data)
+        return StepResiduals(worst=stacked_norm(worst), data=stacked_norm(data), exact=None)
 
-    def _residuals(
-        self, bounds: StepBounds, W_new: Array, timings: dict[str, float]
+    def _with_exact(
+        self, bounds: StepResiduals, W_new: Array, timings: dict[str, float]
     ) -> tuple[StepResiduals, Array | None]:
-        """The step's bounds as stacked norms and, where configured, its exact residual.
+        """The step's bounds with, where configured, its exact residual at the new head.
 
-        The exact residual is measured at the new head ``W_new`` (one gradient round over the
-        retained rows, timed as ``exact``); its gradient is returned too (the next ``carried``).
+        The exact residual costs one gradient round over the retained rows (timed as
+        ``exact``); its gradient is returned too (the next ``carried``), None when not measured.
         """
-        exact: float | None = None
-        grad_new: Array | None = None
-        if self.config.computes_exact:
-            with _timed(timings, "exact"):
-                grad_new = self._gradient_exact(W_new)
-                exact = stacked_norm(self._norms(grad_new))
-        worst, data = stacked_norm(bounds.worst), stacked_norm(bounds.data)
-        return StepResiduals(worst=worst, data=data, exact=exact), grad_new
+        if not self.config.computes_exact:
+            return bounds, None
+        with _timed(timings, "exact"):
+            grad_new = self._gradient_exact(W_new)
+            exact = stacked_norm(self._norms(grad_new))
+        return dataclasses.replace(bounds, exact=exact), grad_new
 
     def _settle(
         self, step: Charge, W_new: Array, grad_new: Array | None, timings: dict[str, float]
@@ -491,12 +483,14 @@ class CertifiedHead:
         """What the removal of ``ids`` did, with the head's state after it."""
         cfg = self.config
         retrained = outcome.retrain_reason is not None
+        residuals = outcome.residuals
+        worst, data, exact = residuals.worst, residuals.data, residuals.exact
         return RemovalReport(
             sample_ids=tuple(ids),
             accounting=cfg.accounting,
-            residual_worst=outcome.residuals.worst,
-            residual_data=outcome.residuals.data,
-            residual_exact=outcome.residuals.exact,
+            residual_worst=worst,
+            residual_data=data,
+            residual_exact=exact,
             charged=outcome.charged,
             cumulative=self._cumulative,
             budget=self.budget,

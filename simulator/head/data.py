@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.errors import InputError
 from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.logistic import (
@@ -27,9 +28,6 @@ from simulator.head.logistic import (
     sigmoid,
     signed_labels,
 )
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 @dataclass(frozen=True)

@@ -176,22 +176,6 @@ def _cholesky_preconditioner(
 
 
 @dataclass(frozen=True)
-class WarmStart:
-    """Where a retrain starts (module docstring).
-
-    Attributes
-    ----------
-    W0 : the starting head (the current head: its optimum differs only by the removed rows
-        and the new ``b``).
-    precondition : applies ``M_k^{-1}`` per class for SPD ``M_k`` close to the Hessian (the
-        removal solver's downdated Hessian at its reference point).
-    """
-
-    W0: Array
-    precondition: Preconditioner
-
-
-@dataclass(frozen=True)
 class RetrainSettings:
     """Stopping rule and tuning of :func:`retrain_head`.
 
@@ -220,6 +204,19 @@ class RetrainSettings:
 
 #: The settings a retrain uses unless told otherwise.
 DEFAULT_RETRAIN = RetrainSettings()
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Where a retrain starts (module docstring).
+
+    ``W0`` is the starting head (the current head: its optimum differs only by the removed rows
+    and the new ``b``); ``precondition`` applies ``M_k^{-1}`` per class for SPD ``M_k`` close to
+    the Hessian (the removal solver's downdated Hessian at its reference point).
+    """
+
+    W0: Array
+    precondition: Preconditioner
 
 
 def retrain_head(
