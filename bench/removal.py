@@ -56,6 +56,7 @@ from rich.table import Table
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, predict_classes, train_head
 from simulator.head.backend import make_backend
+from simulator.head.logistic import StatisticsRequest
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 BATCHES = (100, 1000, 10000)
@@ -169,7 +170,9 @@ def hessian_build(head: CertifiedHead) -> dict[str, Any]:
     """One exact Hessian build over the retained rows, and the rate it reached."""
     data = head.data
     t = time.perf_counter()
-    stats = data.statistics(head._W, hessian=True)  # the backend array, not a numpy copy
+    stats = data.statistics(
+        StatisticsRequest(head._W, hessian=True)
+    )  # the backend array, not a numpy copy
     float(stats.hessian[0, 0, 0])  # type: ignore[index]  # wait for an asynchronous device
     seconds = time.perf_counter() - t
     flops = head.data.columns * data.retained_count * data.dim**2  # syrk: n d^2 per class

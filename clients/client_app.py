@@ -21,7 +21,8 @@ from clients import protocol as rec
 from clients.state import load_client, partition_id, save_client
 from simulator.errors import UnknownSampleError
 from simulator.federation import FederatedClient
-from simulator.federation.codec import encode_deletion, encode_statistics
+from simulator.federation.codec import decode_request, encode_deletion, encode_statistics
+from simulator.head.logistic import StatisticsRequest
 
 
 def timing_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -79,7 +80,7 @@ def setup(msg: Message, context: Context) -> Message:
     reply = {"rows": int(client.sample_ids.size), "digest": digest, **_status(client)}
     # the head's training starts at W = 0 (simulator/head/training.py): answer it now
     W0 = np.zeros((client.data.dim, client.data.columns))
-    first = client.statistics(W0, hessian=True, gram=True)
+    first = client.statistics(StatisticsRequest(W0, hessian=True, gram=True))
     out = {rec.RESULT: encode_statistics(first)}
     if bool(cfg.get("weights", False)):
         out[rec.ROW_WEIGHTS] = {"weights": client.data.weights}
@@ -90,14 +91,8 @@ def setup(msg: Message, context: Context) -> Message:
 def gradhess(msg: Message, context: Context) -> Message:
     """Loss, gradient (and Hessian, Gram) sums of the retained rows at the given head."""
     client = load_client(context)
-    head = rec.arrays_of(msg.content)[rec.HEAD]
-    cfg = rec.config_of(msg.content)
-    stats = client.statistics(
-        head["W"],
-        hessian=bool(cfg["hessian"]),
-        gram=bool(cfg["gram"]),
-        hessian_at=head.get("hessian_at"),
-    )
+    request = decode_request(rec.config_of(msg.content), rec.arrays_of(msg.content)[rec.HEAD])
+    stats = client.statistics(request)
     return Message(rec.content(None, {rec.RESULT: encode_statistics(stats)}), reply_to=msg)
 
 

@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from simulator.errors import ConfigError, InputError
 from simulator.features.decorrelation import (
+    BlockDependence,
     DecorrelationConfig,
     class_mass,
-    dependence,
-    dependence_gradient,
     fit_weights,
     weight_spread,
 )
@@ -91,16 +90,16 @@ def test_objectives_equal_their_definitions(n: int, k: int, q: int, seed: int) -
     U = rng.normal(size=(n, k * q))
     w = rng.uniform(0.1, 2.0, size=n)
     w *= n / w.sum()
-    ours = dependence(U, w, block=q, objective="stablenet")
+    ours = BlockDependence(U, w, block=q, objective="stablenet").value()
     assert ours == pytest.approx(slow_dependence(U, w, q), rel=1e-9, abs=1e-14)
-    ours = dependence(U, w, block=q, objective="paper")
+    ours = BlockDependence(U, w, block=q, objective="paper").value()
     assert ours == pytest.approx(slow_paper_dependence(U, w, q), rel=1e-9, abs=1e-14)
     labels = np.arange(n) % 2
     per_class = sum(
         slow_paper_dependence(U[labels == c], w[labels == c], q) for c in (0, 1) if n > 3
     )
     if n > 3:  # every class has at least 2 rows
-        ours = dependence(U, w, block=q, objective="class_conditional", labels=labels)
+        ours = BlockDependence(U, w, block=q, objective="class_conditional", labels=labels).value()
         assert ours == pytest.approx(per_class, rel=1e-9, abs=1e-14)
 
 
@@ -119,10 +118,10 @@ def test_gradient_matches_torch_autograd(
     wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
     value = torch_dependence(torch.tensor(U, dtype=torch.float64), wt, q, objective)
     (grad,) = torch.autograd.grad(value, wt)
-    ours = dependence(U, w, block=q, objective=objective)  # type: ignore[arg-type]
+    ours = BlockDependence(U, w, block=q, objective=objective).value()  # type: ignore[arg-type]
     assert ours == pytest.approx(value.item(), rel=1e-12)
     np.testing.assert_allclose(
-        dependence_gradient(U, w, block=q, objective=objective),  # type: ignore[arg-type]
+        BlockDependence(U, w, block=q, objective=objective).gradient(),  # type: ignore[arg-type]
         grad.numpy(),
         rtol=1e-9,
         atol=1e-14,
@@ -134,11 +133,11 @@ def test_class_conditional_gradient_is_the_per_class_paper_gradient() -> None:
     U = rng.normal(size=(30, 4))
     w = rng.uniform(0.5, 1.5, size=30)
     labels = np.repeat([0, 1, 2], 10)
-    grad = dependence_gradient(U, w, block=1, objective="class_conditional", labels=labels)
+    grad = BlockDependence(U, w, block=1, objective="class_conditional", labels=labels).gradient()
     for c in range(3):
         rows = labels == c
         np.testing.assert_allclose(
-            grad[rows], dependence_gradient(U[rows], w[rows], block=1, objective="paper")
+            grad[rows], BlockDependence(U[rows], w[rows], block=1, objective="paper").gradient()
         )
 
 
@@ -155,8 +154,11 @@ def test_fit_lowers_objective_on_planted_data(objective: str) -> None:
     assert res.steps == 100 and res.seconds >= 0
     lift = FourierLift.draw(6, features=64, functions=1, rng=np.random.default_rng(1))
     U = lift.apply(Z)
-    assert res.objective_final == dependence(U, w, block=1, objective=objective)  # type: ignore[arg-type]
-    assert res.objective_initial == dependence(U, np.ones(1500), block=1, objective=objective)  # type: ignore[arg-type]
+    assert res.objective_final == BlockDependence(U, w, block=1, objective=objective).value()  # type: ignore[arg-type]
+    assert (
+        res.objective_initial
+        == BlockDependence(U, np.ones(1500), block=1, objective=objective).value()
+    )  # type: ignore[arg-type]
 
 
 def test_fit_is_deterministic_given_the_seed() -> None:
@@ -242,7 +244,11 @@ def stablenet_reference(U: np.ndarray, block: int) -> np.ndarray:
     for t in range(20):
         w = np.exp(theta - theta.max())
         w /= w.sum()
-        g = (2.0 / 70.0) * n * dependence_gradient(U, n * w, block=block, objective="stablenet")
+        g = (
+            (2.0 / 70.0)
+            * n
+            * BlockDependence(U, n * w, block=block, objective="stablenet").gradient()
+        )
         g = g + 2.0 * w
         g_theta = w * (g - np.dot(w, g))
         buf = 0.9 * buf + g_theta if t else g_theta
@@ -292,13 +298,17 @@ def test_bad_weights_and_blocks() -> None:
     Z = np.random.default_rng(0).normal(size=(10, 4))
     for w in (np.ones(9), np.ones((10, 1)), np.r_[np.nan, np.ones(9)], -np.ones(10)):
         with pytest.raises(InputError):
-            dependence(Z, w, block=1, objective="paper")
+            BlockDependence(Z, w, block=1, objective="paper").value()
     with pytest.raises(InputError):
-        dependence(Z, np.ones(10), block=3, objective="paper")  # 4 columns: not blocks of 3
+        BlockDependence(
+            Z, np.ones(10), block=3, objective="paper"
+        ).value()  # 4 columns: not blocks of 3
     with pytest.raises(InputError):
-        dependence(Z, np.ones(10), block=4, objective="stablenet")  # one block has no pairs
+        BlockDependence(
+            Z, np.ones(10), block=4, objective="stablenet"
+        ).value()  # one block has no pairs
     with pytest.raises(InputError):
-        dependence_gradient(Z, -np.ones(10), block=1, objective="stablenet")
+        BlockDependence(Z, -np.ones(10), block=1, objective="stablenet").gradient()
 
 
 @pytest.mark.parametrize(

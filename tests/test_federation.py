@@ -10,7 +10,7 @@ from simulator.errors import InputError, UnknownSampleError
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.federation import FederatedClient, FederatedHeadData, WeightingPlan
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData
-from simulator.head.logistic import objective_gradient
+from simulator.head.logistic import StatisticsRequest, objective_gradient
 
 
 def federation(X, y, k, parts):
@@ -92,7 +92,7 @@ def test_weights_after_deletions_are_a_cold_fit_and_the_certificate_holds_agains
             current.append(weights)
         keep = np.concatenate(ids)
         a_prime = LocalHeadData(X[keep], y[keep], 3, weights=np.concatenate(cold))
-        stats = a_prime.statistics(head.W, hessian=False)
+        stats = a_prime.statistics(StatisticsRequest(head.W))
         residual = float(np.linalg.norm(objective_gradient(stats, head.W, head.b, lam=1e-2)))
         assert residual <= r.cumulative * (1 + 1e-9) + 1e-12 and r.cumulative <= head.budget
         assert not r.retrained  # the budget is large: every step is a certified Newton step

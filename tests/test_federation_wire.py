@@ -11,10 +11,13 @@ from simulator.features.decorrelation import DecorrelationConfig
 from simulator.federation import ClientReport, ClientSnapshot, FederatedClient, WeightingPlan
 from simulator.federation.codec import (
     decode_deletion,
+    decode_request,
     decode_statistics,
     encode_deletion,
+    encode_request,
     encode_statistics,
 )
+from simulator.head.logistic import StatisticsRequest
 
 PLAN = WeightingPlan(DecorrelationConfig(features=4, steps=15), seed=5)
 
@@ -40,13 +43,27 @@ def assert_same_statistics(a, b) -> None:
 def test_statistics_round_trip(hessian: bool, gram: bool) -> None:
     c, _ = client()
     W = np.random.default_rng(0).normal(size=(6, 3))
-    stats = c.statistics(W, hessian=hessian, gram=gram)
+    stats = c.statistics(StatisticsRequest(W, hessian=hessian, gram=gram))
     assert_same_statistics(decode_statistics(encode_statistics(stats)), stats)
+
+
+@pytest.mark.parametrize("hessian_at", [False, True])
+def test_request_round_trip(hessian_at: bool) -> None:
+    rng = np.random.default_rng(1)
+    W, ref = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    request = StatisticsRequest(W, hessian=True, gram=False, hessian_at=ref if hessian_at else None)
+    flags, heads = encode_request(request)
+    back = decode_request(flags, heads)
+    assert (back.hessian, back.gram) == (True, False)
+    np.testing.assert_array_equal(back.W, W)
+    assert (back.hessian_at is None) != hessian_at
+    if hessian_at:
+        np.testing.assert_array_equal(back.hessian_at, ref)
 
 
 def test_scalars_survive_an_added_dimension() -> None:
     c, _ = client()
-    arrays = encode_statistics(c.statistics(np.zeros((6, 3)), hessian=False))
+    arrays = encode_statistics(c.statistics(StatisticsRequest(np.zeros((6, 3)))))
     arrays["count"] = arrays["count"].reshape(1)  # what some transports do to 0-d arrays
     assert decode_statistics(arrays).count == 80
     with pytest.raises(InputError):
@@ -78,7 +95,10 @@ def test_restored_client_answers_bit_identically(weighting: WeightingPlan | None
     assert copy.retained_count == live.retained_count == 78
     assert copy.deletion_batches == live.deletion_batches == 1
     assert copy.last_weights == live.last_weights
-    assert_same_statistics(copy.statistics(W, hessian=True), live.statistics(W, hessian=True))
+    assert_same_statistics(
+        copy.statistics(StatisticsRequest(W, hessian=True)),
+        live.statistics(StatisticsRequest(W, hessian=True)),
+    )
     # the next deletion refits the weights the same way on both
     a = live.delete([int(ids[9])], W=W, W_ref=W)
     b = copy.delete([int(ids[9])], W=W, W_ref=W)

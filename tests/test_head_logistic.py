@@ -10,6 +10,7 @@ from support.heads import planted_problem
 from simulator.errors import InputError
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     head_columns,
     objective_gradient,
     objective_hessian,
@@ -42,7 +43,7 @@ def test_gradient_and_hessian_match_autograd(n: int, d: int, k: int, seed: int) 
     W = rng.normal(size=(d, cols)) * 2
     b = rng.normal(size=(d, cols))
     lam = 0.01
-    stats = shard_statistics(X, Y, a, W, hessian=True)
+    stats = shard_statistics(X, Y, a, StatisticsRequest(W, hessian=True))
 
     tX, tY, ta, tb = (torch.tensor(v) for v in (X, Y, a, b))
     tW = torch.tensor(W, requires_grad=True)
@@ -70,11 +71,13 @@ def test_shard_sums_equal_full_data() -> None:
     rng = np.random.default_rng(0)
     a = rng.uniform(0.5, 2.0, size=120)
     W = rng.normal(size=(6, 3))
-    full = shard_statistics(X, Y, a, W, hessian=True, gram=True)
+    full = shard_statistics(X, Y, a, StatisticsRequest(W, hessian=True, gram=True))
     parts = np.array_split(rng.permutation(120), 4)
     total = ShardStatistics.zeros(6, 3, hessian=True, gram=True)
     for p in parts:
-        total = total + shard_statistics(X[p], Y[p], a[p], W, hessian=True, gram=True)
+        total = total + shard_statistics(
+            X[p], Y[p], a[p], StatisticsRequest(W, hessian=True, gram=True)
+        )
     assert total.count == full.count
     for name in ("loss", "gradient", "hessian", "gram"):
         np.testing.assert_allclose(
@@ -87,7 +90,7 @@ def test_negative_weight_changes_give_signed_hessians() -> None:
     Y = signed_labels(y, 2)
     W = np.ones((4, 1))
     a = np.linspace(-1.0, 1.0, 30)
-    H = shard_statistics(X, Y, a, W, hessian=True).hessian
+    H = shard_statistics(X, Y, a, StatisticsRequest(W, hessian=True)).hessian
     p = 1 / (1 + np.exp(-Y[:, 0] * (X @ W[:, 0])))
     ref = (X * (a * p * (1 - p))[:, None]).T @ X
     np.testing.assert_allclose(H[0], ref, atol=1e-12)
@@ -98,7 +101,7 @@ def test_bad_shapes_and_labels() -> None:
         signed_labels(np.array([0, 3]), 3)
     X, y = planted_problem(10, 3, 2, seed=0)
     with pytest.raises(InputError):
-        shard_statistics(X, signed_labels(y, 2), np.ones(9), np.zeros((3, 1)))
+        shard_statistics(X, signed_labels(y, 2), np.ones(9), StatisticsRequest(np.zeros((3, 1))))
 
 
 def test_binary_labels_are_one_column() -> None:
@@ -170,5 +173,5 @@ def test_hessian_of_shard_statistics_is_the_blocked_build() -> None:
         p = 1.0 / (1.0 + np.exp(-(Y * (X @ W))))
         curv = a[:, None] * p * (1.0 - p)
         expected = np.stack([X.T @ (X * curv[:, c, None]) for c in range(3)])
-        H = shard_statistics(X, Y, a, W, hessian=True).hessian
+        H = shard_statistics(X, Y, a, StatisticsRequest(W, hessian=True)).hessian
         np.testing.assert_allclose(H, expected, rtol=1e-12, atol=1e-14)

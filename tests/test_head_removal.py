@@ -16,7 +16,7 @@ from simulator.head import (
     residual_budget,
     train_head,
 )
-from simulator.head.logistic import objective_gradient, predict_classes
+from simulator.head.logistic import StatisticsRequest, objective_gradient, predict_classes
 
 
 def make_head(n=300, d=8, k=3, seed=0, **cfg):
@@ -152,12 +152,14 @@ def test_reweighting_targets_the_new_objective() -> None:
     assert np.linalg.norm(head.W - ref) / np.linalg.norm(ref) < 1e-3
     # the charged residual is the exact gradient norm of the *new* objective
     stats = LocalHeadData(X[keep], y[keep], 3, weights=new_w[keep]).statistics(
-        head.W, hessian=False
+        StatisticsRequest(head.W)
     )
     exact = np.linalg.norm(objective_gradient(stats, head.W, head.b, lam=lam))
     assert r.charged == pytest.approx(exact, rel=1e-8)
     # ignoring the weight change would have left a much larger residual
-    stale = LocalHeadData(X[keep], y[keep], 3, weights=w0[keep]).statistics(head.W, hessian=False)
+    stale = LocalHeadData(X[keep], y[keep], 3, weights=w0[keep]).statistics(
+        StatisticsRequest(head.W)
+    )
     stale_res = np.linalg.norm(objective_gradient(stale, head.W, head.b, lam=lam))
     assert stale_res > 10 * r.charged
 
@@ -166,7 +168,7 @@ def test_incremental_hessian_equals_rebuild() -> None:
     X, y, head = make_head(n=200, d=5, k=2, seed=4, lam=0.01, accounting="guo")
     head.remove([1, 2, 3])
     head.remove([7])
-    rebuilt = head.data.statistics(head._W_ref, hessian=True)
+    rebuilt = head.data.statistics(StatisticsRequest(head._W_ref, hessian=True))
     H = rebuilt.hessian + 0.01 * rebuilt.count * np.eye(5)
     np.testing.assert_allclose(head._solver.hessians, H, rtol=1e-10, atol=1e-10)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support.heads import planted_problem
 
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, train_head
-from simulator.head.logistic import objective_hessian
+from simulator.head.logistic import StatisticsRequest, objective_hessian
 
 
 def heads(n, d, k, seed, **cfg):
@@ -50,7 +50,7 @@ def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     # the exact Hessian at the reference point seeds the removal machinery
     # the reference point is the converged iterate before the final Newton polish
     assert np.all(np.linalg.norm(warm._W_ref - warm.W, axis=0) <= 2 * tol / lam + 1e-12)
-    stats = warm.data.statistics(warm._W_ref, hessian=True)
+    stats = warm.data.statistics(StatisticsRequest(warm._W_ref, hessian=True))
     np.testing.assert_allclose(
         warm._solver.hessians, objective_hessian(stats, lam=lam), rtol=1e-10, atol=1e-10
     )
@@ -79,14 +79,14 @@ def test_retrain_report_counts_iterations() -> None:
 
 
 def test_warm_retrain_falls_back_to_newton_with_a_poor_preconditioner() -> None:
-    from simulator.head.training import retrain_head
+    from simulator.head.training import WarmStart, retrain_head
 
     X, y = planted_problem(300, 8, 3, seed=2)
     data = LocalHeadData(X, y, 3)
     b = np.random.default_rng(0).normal(size=(8, 3))
     # the identity scaled far off the Hessian: the preconditioned step barely helps
     res = retrain_head(
-        data, b, lam=1e-3, W0=np.zeros((8, 3)), precondition=lambda g: g / (1e4 * 300)
+        data, b, lam=1e-3, start=WarmStart(np.zeros((8, 3)), lambda g: g / (1e4 * 300))
     )
     ref = train_head(data, b, lam=1e-3)
     assert res.newton_iterations >= 2  # a fallback besides the final polish

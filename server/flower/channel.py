@@ -11,7 +11,7 @@ one call in a single round trip.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,9 +23,9 @@ from server.flower.fleet import Exchange, Request
 from server.flower.stats_cache import StatisticsCache, head_key
 from simulator.errors import ClientUnavailableError
 from simulator.federation import WeightReport
-from simulator.federation.codec import decode_deletion, decode_statistics
+from simulator.federation.codec import decode_deletion, decode_statistics, encode_request
 from simulator.head.data import DeletionStatistics
-from simulator.head.logistic import ShardStatistics
+from simulator.head.logistic import ShardStatistics, StatisticsRequest
 
 
 class ClientLink(Protocol):
@@ -155,22 +155,12 @@ class FlowerClientChannel:
         return None
 
     # ------------------------------------------------------------ round trips
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics:
-        """Head statistics of this client's rows at ``W`` (one round trip, cached).
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """Head statistics of this client's rows (one round trip, cached).
 
         See :meth:`FlowerFanout.statistics`.
         """
-        fan = self._transport.fanout
-        return fan.statistics(
-            [self.client_id], W, hessian=hessian, gram=gram, hessian_at=hessian_at
-        )[self.client_id]
+        return self._transport.fanout.statistics([self.client_id], request)[self.client_id]
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         """Delete ``ids`` on the client and return the statistics of the removed rows."""
@@ -209,13 +199,7 @@ class FlowerFanout:
         self.cache = StatisticsCache.empty()
 
     def statistics(
-        self,
-        clients: Sequence[int],
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
+        self, clients: Sequence[int], request: StatisticsRequest
     ) -> dict[int, ShardStatistics]:
         """Head statistics of several clients in one round trip.
 
@@ -226,29 +210,28 @@ class FlowerFanout:
         Parameters
         ----------
         clients : client ids to ask.
-        W : (d, K) head weights the gradient is taken at.
-        hessian, gram : also return the Hessian / Gram matrix.
-        hessian_at : weights to take the Hessian at (default ``W``).
+        request : the head (numpy) and the optional terms to return.
 
         Returns
         -------
         dict
             Client id -> its :class:`ShardStatistics`.
         """
-        key = head_key(W, hessian_at)
-        ask_hessian = self.cache.ask_hessian(hessian)
+        key = head_key(request.W, request.hessian_at)
+        # the cache may ask for more than the caller did (the Hessian, to serve a later call)
+        asked = replace(request, hessian=self.cache.ask_hessian(request.hessian))
         out: dict[int, ShardStatistics] = {}
         for c in clients:
-            hit = self.cache.get(c, key, hessian=hessian, gram=gram)
+            hit = self.cache.get(c, key, hessian=request.hessian, gram=request.gram)
             if hit is not None:
                 out[c] = hit
         missing = [c for c in clients if c not in out]
         if not missing:
             return out
-        head = {"W": W} if hessian_at is None else {"W": W, "hessian_at": hessian_at}
+        flags, heads = encode_request(asked)
 
         def content() -> RecordDict:
-            return rec.content({"hessian": ask_hessian, "gram": gram}, {rec.HEAD: head})
+            return rec.content(flags, {rec.HEAD: heads})
 
         ex = self._transport.send({c: (rec.STATISTICS, content) for c in missing}, repeatable=True)
         if ex.failures:
@@ -256,7 +239,7 @@ class FlowerFanout:
         for c, reply in ex.replies.items():
             stats = decode_statistics(rec.arrays_of(reply)[rec.RESULT])
             self.cache.put(c, key, stats)
-            answer = self.cache.get(c, key, hessian=hessian, gram=gram)
+            answer = self.cache.get(c, key, hessian=request.hessian, gram=request.gram)
             assert answer is not None
             out[c] = answer
         return out

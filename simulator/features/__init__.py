@@ -12,8 +12,6 @@ from simulator.features.decorrelation import (
     WeightResult,
     WeightSpread,
     class_mass,
-    dependence,
-    dependence_gradient,
     fit_weights,
     weight_spread,
 )
@@ -29,8 +27,6 @@ __all__ = [
     "WeightSpread",
     "class_mass",
     "clip_to_unit_ball",
-    "dependence",
-    "dependence_gradient",
     "fit_weights",
     "median_bandwidth",
     "weight_spread",

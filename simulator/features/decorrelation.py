@@ -48,14 +48,13 @@ from simulator.features.rff import FourierLift
 
 __all__ = [
     "OBJECTIVES",
+    "BlockDependence",
     "DecorrelationConfig",
     "FourierLift",
     "Objective",
     "WeightResult",
     "WeightSpread",
     "class_mass",
-    "dependence",
-    "dependence_gradient",
     "fit_weights",
     "weight_spread",
 ]
@@ -231,45 +230,47 @@ def _groups(objective: Objective, n: int, labels: NDArray[np.integer] | None) ->
     return y
 
 
-def _prepare(
-    U: NDArray[np.floating],
-    weights: NDArray[np.floating],
-    objective: Objective,
-    labels: NDArray[np.integer] | None,
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], Estimator]:
-    arr = _check_features(U)
-    w = _check_weights(weights, arr.shape[0])
-    return arr, w, _groups(objective, arr.shape[0], labels), _estimator(objective)
-
-
-def dependence(
-    U: NDArray[np.floating],
-    weights: NDArray[np.floating],
-    *,
-    block: int,
-    objective: Objective,
-    labels: NDArray[np.integer] | None = None,
-) -> float:
+@dataclass(frozen=True, eq=False)
+class BlockDependence:
     """The objective's raw dependence ``f(w)`` over blocks of ``block`` columns of ``U``.
 
     ``U`` is a lifted matrix (:meth:`FourierLift.apply`); ``weights`` are taken as given
-    (the estimators assume they sum to ``n``, or to ``n_c`` per class).
+    (the estimators assume they sum to ``n``, or to ``n_c`` per class); ``labels`` are needed
+    by the ``class_conditional`` objective only. The inputs are checked when it is built.
     """
-    arr, w, groups, estimator = _prepare(U, weights, objective, labels)
-    return grouped_dependence(arr, w, groups, block=block, estimator=estimator)
 
+    U: NDArray[np.floating]
+    weights: NDArray[np.floating]
+    block: int
+    objective: Objective
+    labels: NDArray[np.integer] | None = None
+    # the checked inputs: float64 rows and weights, and the simplex of every row
+    _lifted: NDArray[np.float64] = field(init=False, repr=False)
+    _weights: NDArray[np.float64] = field(init=False, repr=False)
+    _rows: NDArray[np.int64] = field(init=False, repr=False)
 
-def dependence_gradient(
-    U: NDArray[np.floating],
-    weights: NDArray[np.floating],
-    *,
-    block: int,
-    objective: Objective,
-    labels: NDArray[np.integer] | None = None,
-) -> NDArray[np.float64]:
-    """Analytic ``df/dw`` of :func:`dependence` (formulas: :mod:`simulator.features.dependence`)."""
-    arr, w, groups, estimator = _prepare(U, weights, objective, labels)
-    return grouped_gradient(arr, w, groups, block=block, estimator=estimator)
+    def __post_init__(self) -> None:
+        lifted = _check_features(self.U)
+        n = lifted.shape[0]
+        object.__setattr__(self, "_lifted", lifted)
+        object.__setattr__(self, "_weights", _check_weights(self.weights, n))
+        object.__setattr__(self, "_rows", _groups(self.objective, n, self.labels))
+
+    def value(self) -> float:
+        """``f(w)`` (formulas: :mod:`simulator.features.dependence`)."""
+        return grouped_dependence(
+            self._lifted, self._weights, self._rows, block=self.block, estimator=self._estimator
+        )
+
+    def gradient(self) -> NDArray[np.float64]:
+        """Analytic ``df/dw`` (formulas: :mod:`simulator.features.dependence`)."""
+        return grouped_gradient(
+            self._lifted, self._weights, self._rows, block=self.block, estimator=self._estimator
+        )
+
+    @property
+    def _estimator(self) -> Estimator:
+        return _estimator(self.objective)
 
 
 def _cap(w: NDArray[np.float64], cap: float | None) -> NDArray[np.float64]:

@@ -16,7 +16,7 @@ the clients that remain (see :mod:`simulator.runner.resilience`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -24,8 +24,8 @@ from numpy.typing import NDArray
 
 from simulator.errors import InputError
 from simulator.head.backend import Array, to_numpy
-from simulator.head.data import DeletionStatistics, RowSource
-from simulator.head.logistic import ShardStatistics, head_columns
+from simulator.head.data import DeletionStatistics, HeadShape, RowSource
+from simulator.head.logistic import ShardStatistics, StatisticsRequest
 
 FloatArray = NDArray[np.float64]
 
@@ -38,15 +38,9 @@ class ClientFanout(Protocol):
     """One protocol call sent to several clients at once; answers keyed by client id."""
 
     def statistics(
-        self,
-        clients: Sequence[int],
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
+        self, clients: Sequence[int], request: StatisticsRequest
     ) -> dict[int, ShardStatistics]:
-        """Head statistics of each of ``clients`` at ``W``, keyed by client id."""
+        """Each of ``clients``' answer to ``request`` (numpy heads), keyed by client id."""
         ...
 
     def delete(
@@ -56,7 +50,7 @@ class ClientFanout(Protocol):
         ...
 
 
-class FederatedHeadData:
+class FederatedHeadData(HeadShape):
     """Aggregates client statistics; knows which client owns which global sample id.
 
     Parameters
@@ -76,10 +70,9 @@ class FederatedHeadData:
         num_classes: int,
         fanout: ClientFanout | None = None,
     ) -> None:
+        super().__init__(dim, num_classes)
         self.clients = dict(clients)
         self._owner = dict(owner)
-        self._dim = dim
-        self._k = num_classes
         self._fanout = fanout
         self.last_routing: dict[int, int] = {}
         self.excluded: dict[int, str] = {}
@@ -92,21 +85,6 @@ class FederatedHeadData:
     def owner_of(self, sample_id: int) -> int:
         """The client that holds (or held) ``sample_id``; -1 if none."""
         return self._owner.get(int(sample_id), -1)
-
-    @property
-    def dim(self) -> int:
-        """Feature dimension d."""
-        return self._dim
-
-    @property
-    def num_classes(self) -> int:
-        """Number of classes K."""
-        return self._k
-
-    @property
-    def columns(self) -> int:
-        """Columns of the head (K, or K - 1 when the last class is the reference)."""
-        return head_columns(self._k)
 
     @property
     def retained_count(self) -> int:
@@ -132,34 +110,26 @@ class FederatedHeadData:
             bad.extend(group if live is None else live.unknown_ids(group))
         return bad
 
-    def statistics(
-        self,
-        W: Array,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: Array | None = None,
-    ) -> ShardStatistics:
-        # clients keep numpy: the server's head (numpy or torch, head.device) converts here
-        """Sum of the clients' head statistics at ``W`` (one fan-out when there is one).
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """Sum of the clients' answers to ``request`` (one fan-out when there is one).
 
         The data terms of the head's loss (Guo et al. ICML 2020, eq. 1;
         ``simulator/head/logistic.py``) are sums over rows, so over the clients' disjoint shards
         the sums of their statistics equal the full-data ones. The clients compute on numpy
-        arrays; ``W`` and ``hessian_at`` are converted here.
+        arrays: the server's head (numpy or torch, ``head.device``) is converted here.
         """
-        W = to_numpy(W)
-        hessian_at = None if hessian_at is None else to_numpy(hessian_at)
-        total = ShardStatistics.zeros(self._dim, self.columns, hessian=hessian, gram=gram)
+        request = request.in_numpy()
+        parts: Iterable[ShardStatistics]
         if self._fanout is not None:
-            parts = self._fanout.statistics(
-                list(self.clients), W, hessian=hessian, gram=gram, hessian_at=hessian_at
-            )
-            for cid in self.clients:
-                total = total + parts[cid]
-            return total
-        for client in self.clients.values():
-            total = total + client.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
+            answers = self._fanout.statistics(list(self.clients), request)
+            parts = (answers[cid] for cid in self.clients)
+        else:  # one client after another, summed as they answer
+            parts = (client.statistics(request) for client in self.clients.values())
+        total = ShardStatistics.zeros(
+            self._dim, self.columns, hessian=request.hessian, gram=request.gram
+        )
+        for part in parts:
+            total = total + part
         return total
 
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.errors import InputError
 from simulator.features.decorrelation import WeightResult, fit_weights
 from simulator.federation.snapshot import (
@@ -26,10 +26,7 @@ from simulator.federation.snapshot import (
     WeightReport,
 )
 from simulator.head.data import DeletionStatistics, LocalHeadData
-from simulator.head.logistic import ShardStatistics, predict_classes
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from simulator.head.logistic import ShardStatistics, StatisticsRequest, predict_classes
 
 
 class FederatedClient:
@@ -182,16 +179,9 @@ class FederatedClient:
         """Largest weight of a retained row."""
         return self.data.max_weight()
 
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics:
-        """Head statistics of the retained rows at ``W`` (the :class:`RowSource` question)."""
-        return self.data.statistics(W, hessian=hessian, gram=gram, hessian_at=hessian_at)
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """Head statistics of the retained rows (the :class:`RowSource` question)."""
+        return self.data.statistics(request)
 
     def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
         """Delete the rows of ``ids`` from this client.

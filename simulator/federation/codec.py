@@ -1,9 +1,11 @@
-"""Protocol answers as flat dicts of numpy arrays, for transports that carry arrays by name.
+"""Protocol messages as flat dicts of numpy arrays, for transports that carry arrays by name.
 
 :class:`~simulator.head.logistic.ShardStatistics` and
 :class:`~simulator.head.data.DeletionStatistics` become ``{name: ndarray}`` and back, exactly
-(float64 arrays, scalars as 0-d arrays, optional parts absent). A transport maps these dicts to
-its own records (Flower's ``ArrayRecord``) without knowing what they mean.
+(float64 arrays, scalars as 0-d arrays, optional parts absent); a
+:class:`~simulator.head.logistic.StatisticsRequest` becomes flags (scalars) and heads (arrays).
+A transport maps these dicts to its own records (Flower's ``ConfigRecord`` and ``ArrayRecord``)
+without knowing what they mean.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from numpy.typing import NDArray
 
 from simulator.errors import InputError
 from simulator.head.data import DeletionStatistics
-from simulator.head.logistic import ShardStatistics
+from simulator.head.logistic import ShardStatistics, StatisticsRequest
 
 Arrays = dict[str, NDArray[Any]]
 
@@ -27,6 +29,30 @@ def _scalar(value: NDArray[Any]) -> float:
     if flat.size != 1:
         raise InputError(f"expected one value, got shape {np.shape(value)}")
     return float(flat[0])
+
+
+def encode_request(request: StatisticsRequest) -> tuple[dict[str, bool], Arrays]:
+    """A statistics request as flags ``hessian``, ``gram`` and heads ``W`` (, ``hessian_at``).
+
+    The heads must already be numpy (:meth:`StatisticsRequest.in_numpy`).
+    """
+    flags = {"hessian": request.hessian, "gram": request.gram}
+    heads: Arrays = {"W": request.W}
+    if request.hessian_at is not None:
+        heads["hessian_at"] = request.hessian_at
+    return flags, heads
+
+
+def decode_request(
+    flags: Mapping[str, Any], heads: Mapping[str, NDArray[Any]]
+) -> StatisticsRequest:
+    """Inverse of :func:`encode_request` (extra heads, such as ``W_ref``, are ignored)."""
+    return StatisticsRequest(
+        heads["W"],
+        hessian=bool(flags["hessian"]),
+        gram=bool(flags["gram"]),
+        hessian_at=heads.get("hessian_at"),
+    )
 
 
 def encode_statistics(stats: ShardStatistics, prefix: str = "") -> Arrays:

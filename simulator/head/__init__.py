@@ -10,6 +10,7 @@ from simulator.head.config import ACCOUNTING_MODES, Accounting, HeadConfig, Remo
 from simulator.head.data import DeletionStatistics, HeadData, LocalHeadData
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     head_columns,
     predict_classes,
     shard_statistics,
@@ -29,6 +30,7 @@ __all__ = [
     "LocalHeadData",
     "RemovalReport",
     "ShardStatistics",
+    "StatisticsRequest",
     "TrainResult",
     "certificate_constant",
     "epsilon_spent",

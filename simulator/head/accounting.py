@@ -17,9 +17,11 @@ gradient, ``docs/certified-head.md``). Their reference code charges the data-dep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.errors import InputError
+from simulator.head.certificate import StepResiduals
 from simulator.head.config import Accounting
 
 
@@ -29,6 +31,52 @@ class Charge:
 
     charged: float
     cumulative: float
+
+
+def _summed(previous: float, step: float) -> Charge:
+    """``guo`` and ``worst``: the step's bound adds to the charge (triangle inequality)."""
+    return Charge(step, previous + step)
+
+
+def _charge_data(previous: float, residuals: StepResiduals) -> Charge:
+    """``guo``: the data-dependent bound, summed."""
+    return _summed(previous, residuals.data)
+
+
+def _charge_worst(previous: float, residuals: StepResiduals) -> Charge:
+    """``worst``: the worst-case bound, summed."""
+    return _summed(previous, residuals.worst)
+
+
+def _charge_exact(previous: float, residuals: StepResiduals) -> Charge:
+    """``exact``: the released head's exact residual; the running maximum is reported."""
+    if residuals.exact is None:
+        raise InputError("exact accounting needs the exact residual")
+    return Charge(residuals.exact, max(previous, residuals.exact))
+
+
+@dataclass(frozen=True)
+class AccountingRule:
+    """What one accounting mode does (module docstring).
+
+    Attributes
+    ----------
+    charge : ``(previous charge, step residuals) -> Charge``.
+    knows_gradient : whether the exact gradient of the current head (the ``carried`` term of
+        :mod:`simulator.head.certified`) is known and enters the Newton step and its bounds;
+        only ``exact`` measures it, the others bound it by the charge so far.
+    """
+
+    charge: Callable[[float, StepResiduals], Charge]
+    knows_gradient: bool
+
+
+#: The accounting modes (:data:`simulator.head.config.ACCOUNTING_MODES`).
+RULES: dict[Accounting, AccountingRule] = {
+    "guo": AccountingRule(_charge_data, knows_gradient=False),
+    "worst": AccountingRule(_charge_worst, knows_gradient=False),
+    "exact": AccountingRule(_charge_exact, knows_gradient=True),
+}
 
 
 def charge(
@@ -43,13 +91,14 @@ def charge(
 
     Parameters
     ----------
+    accounting : the mode (a key of :data:`RULES`).
     previous : the charge since the last (re)training before this removal.
     worst, data : this step's worst-case and data-dependent bounds (stacked norms).
     exact : the exact residual of the head after the step (needed by ``exact``).
+
+    Returns
+    -------
+    Charge
+        This removal's charge and the charge since the last (re)training.
     """
-    if accounting == "exact":
-        if exact is None:
-            raise InputError("exact accounting needs the exact residual")
-        return Charge(exact, max(previous, exact))
-    step = data if accounting == "guo" else worst
-    return Charge(step, previous + step)
+    return RULES[accounting].charge(previous, StepResiduals(worst, data, exact))

@@ -98,21 +98,27 @@ class NumpyBackend:
     device = "cpu"
 
     def asarray(self, x: Array) -> Array:
+        """Float64 array of this backend (on its device) holding ``x``; no copy where it is one."""
         return to_numpy(x)
 
     def to_numpy(self, x: Array) -> NDArray[np.float64]:
+        """A numpy float64 copy (or view) of ``x``."""
         return to_numpy(x)
 
     def zeros(self, shape: Sequence[int]) -> Array:
+        """Float64 zeros of ``shape``."""
         return np.zeros(tuple(shape))
 
     def eye(self, d: int) -> Array:
+        """The ``d x d`` float64 identity."""
         return np.eye(d)
 
     def copy(self, x: Array) -> Array:
+        """A float64 copy of ``x`` that shares no memory with it."""
         return np.array(x, dtype=np.float64, copy=True)
 
     def concat(self, parts: Sequence[Array], axis: int = 0) -> Array:
+        """The ``parts`` joined along ``axis``."""
         return np.concatenate(list(parts), axis=axis)
 
     def take_rows(self, x: Array, index: NDArray[Any]) -> Array:
@@ -120,6 +126,7 @@ class NumpyBackend:
         return x[index]
 
     def sum(self, x: Array, axis: int) -> Array:
+        """Sum along ``axis``."""
         return np.sum(x, axis=axis)
 
     def norms(self, x: Array, axis: int = 0) -> Array:
@@ -127,18 +134,23 @@ class NumpyBackend:
         return np.linalg.norm(x, axis=axis)
 
     def norm(self, x: Array) -> float:
+        """Euclidean (Frobenius) norm of all of ``x``."""
         return float(np.linalg.norm(x))
 
     def sqrt(self, x: Array) -> Array:
+        """Elementwise square root."""
         return np.sqrt(x)
 
     def maximum(self, x: Array, floor: float) -> Array:
+        """Elementwise ``max(x, floor)``."""
         return np.maximum(x, floor)
 
     def where(self, cond: Array, a: Array, b: Array) -> Array:
+        """``a`` where ``cond`` holds, else ``b`` (scalars broadcast)."""
         return np.where(cond, a, b)
 
     def sigmoid(self, t: Array) -> Array:
+        """Numerically stable logistic function ``1 / (1 + exp(-t))``."""
         out = np.empty_like(t)
         pos = t >= 0
         out[pos] = 1.0 / (1.0 + np.exp(-t[pos]))
@@ -151,6 +163,7 @@ class NumpyBackend:
         return np.logaddexp(0.0, t)
 
     def any(self, x: Array) -> bool:
+        """Whether some entry is non-zero."""
         return bool(np.any(x))
 
     def weighted_grams(self, X: Array, C: Array) -> Array:
@@ -158,6 +171,7 @@ class NumpyBackend:
         return weighted_grams_numpy(np.ascontiguousarray(X), np.ascontiguousarray(C))
 
     def all(self, x: Array) -> bool:
+        """Whether every entry is non-zero."""
         return bool(np.all(x))
 
     def cholesky(self, A: Array) -> Array:
@@ -174,6 +188,7 @@ class NumpyBackend:
         return self.solve_triangular(L, self.solve_triangular(L, B), trans=True)
 
     def solve(self, A: Array, B: Array) -> Array:
+        """``A^{-1} B`` for a square, non-singular ``A``."""
         return np.linalg.solve(A, B)
 
     def top_eigenvalue(self, A: Array) -> float:
@@ -202,57 +217,73 @@ class TorchBackend:
         self.__init__(str(state["device"]))  # type: ignore[misc]
 
     def asarray(self, x: Array) -> Array:
+        """Float64 array of this backend (on its device) holding ``x``; no copy where it is one."""
         t = self._torch
         if isinstance(x, t.Tensor):
             return x.to(device=self._dev, dtype=t.float64)
         return t.as_tensor(np.asarray(x, dtype=np.float64), device=self._dev)
 
     def to_numpy(self, x: Array) -> NDArray[np.float64]:
+        """A numpy float64 copy (or view) of ``x``."""
         return to_numpy(x)
 
     def zeros(self, shape: Sequence[int]) -> Array:
+        """Float64 zeros of ``shape``."""
         return self._torch.zeros(tuple(shape), dtype=self._torch.float64, device=self._dev)
 
     def eye(self, d: int) -> Array:
+        """The ``d x d`` float64 identity."""
         return self._torch.eye(d, dtype=self._torch.float64, device=self._dev)
 
     def copy(self, x: Array) -> Array:
+        """A float64 copy of ``x`` that shares no memory with it."""
         return self.asarray(x).clone()
 
     def concat(self, parts: Sequence[Array], axis: int = 0) -> Array:
+        """The ``parts`` joined along ``axis``."""
         return self._torch.cat(list(parts), dim=axis)
 
     def take_rows(self, x: Array, index: NDArray[Any]) -> Array:
+        """``x[index]`` for a numpy integer or boolean index."""
         return x[self._torch.as_tensor(np.asarray(index), device=self._dev)]
 
     def sum(self, x: Array, axis: int) -> Array:
+        """Sum along ``axis``."""
         return self._torch.sum(x, dim=axis)
 
     def norms(self, x: Array, axis: int = 0) -> Array:
+        """Euclidean norms along ``axis`` (column norms by default)."""
         return self._torch.linalg.vector_norm(x, dim=axis)
 
     def norm(self, x: Array) -> float:
+        """Euclidean (Frobenius) norm of all of ``x``."""
         return float(self._torch.linalg.vector_norm(x))
 
     def sqrt(self, x: Array) -> Array:
+        """Elementwise square root."""
         return self._torch.sqrt(x)
 
     def maximum(self, x: Array, floor: float) -> Array:
+        """Elementwise ``max(x, floor)``."""
         return self._torch.clamp(x, min=floor)
 
     def where(self, cond: Array, a: Array, b: Array) -> Array:
+        """``a`` where ``cond`` holds, else ``b`` (scalars broadcast)."""
         t = self._torch
         a = a if isinstance(a, t.Tensor) else t.as_tensor(a, dtype=t.float64, device=self._dev)
         b = b if isinstance(b, t.Tensor) else t.as_tensor(b, dtype=t.float64, device=self._dev)
         return t.where(cond, a, b)
 
     def sigmoid(self, t: Array) -> Array:
+        """Numerically stable logistic function ``1 / (1 + exp(-t))``."""
         return self._torch.sigmoid(t)
 
     def softplus(self, t: Array) -> Array:
+        """``log(1 + exp(t))``, stable."""
         return self._torch.logaddexp(self._torch.zeros_like(t), t)
 
     def any(self, x: Array) -> bool:
+        """Whether some entry is non-zero."""
         return bool(self._torch.any(self.asarray(x) != 0))
 
     def weighted_grams(self, X: Array, C: Array) -> Array:
@@ -282,15 +313,18 @@ class TorchBackend:
         return out
 
     def all(self, x: Array) -> bool:
+        """Whether every entry is non-zero."""
         return bool(self._torch.all(self.asarray(x) != 0))
 
     def cholesky(self, A: Array) -> Array:
+        """Lower Cholesky factor; raises ``np.linalg.LinAlgError`` if A is not SPD."""
         L, info = self._torch.linalg.cholesky_ex(A)
         if int(info) != 0:
             raise np.linalg.LinAlgError("matrix is not positive definite")
         return L
 
     def solve_triangular(self, L: Array, B: Array, *, trans: bool = False) -> Array:
+        """``L^{-1} B`` (or ``L^{-T} B`` with ``trans``) for lower-triangular L."""
         vector = B.ndim == 1
         rhs = B[:, None] if vector else B
         A = L.mT if trans else L
@@ -298,12 +332,15 @@ class TorchBackend:
         return out[:, 0] if vector else out
 
     def cho_solve(self, L: Array, B: Array) -> Array:
+        """``(L L^T)^{-1} B`` by two triangular solves (LAPACK's potrs is ~6x slower here)."""
         return self.solve_triangular(L, self.solve_triangular(L, B), trans=True)
 
     def solve(self, A: Array, B: Array) -> Array:
+        """``A^{-1} B`` for a square, non-singular ``A``."""
         return self._torch.linalg.solve(A, B)
 
     def top_eigenvalue(self, A: Array) -> float:
+        """Largest eigenvalue of a symmetric matrix."""
         return float(self._torch.linalg.eigvalsh(A)[-1])
 
 

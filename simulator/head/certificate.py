@@ -33,6 +33,7 @@ most 1 and sample weights at most ``a_max``:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,50 +72,83 @@ def stacked_norm(per_class: FloatArray) -> float:
     return float(np.linalg.norm(np.asarray(per_class, dtype=np.float64)))
 
 
+@dataclass(frozen=True)
+class StepTerms:
+    """What both bounds of one Newton step share (module docstring), per class (K,).
+
+    Attributes
+    ----------
+    reference_gaps : ``||w_ref,k - w_k||``, the distance from the Hessian's reference point.
+    solve_residuals : ``||e_k|| = ||g_k - H_k u_k||``, the solver's own residual.
+    max_weight : ``a_max``, the largest sample weight on the retained rows.
+    gamma : Lipschitz constant of the loss's second derivative.
+    """
+
+    reference_gaps: FloatArray
+    solve_residuals: FloatArray
+    max_weight: float
+    gamma: float = GAMMA_LOGISTIC
+
+
+@dataclass(frozen=True)
+class StepResiduals:
+    """One removal step's residual, bounded and measured (stacked norms, ``certificate.py``).
+
+    ``worst`` is the data-independent bound (Guo et al. Theorem 1), ``data`` the data-dependent
+    one (Corollary 1), ``exact`` the exact residual of the head after the step (None when it
+    was not computed).
+    """
+
+    worst: float
+    data: float
+    exact: float | None
+
+
 def data_dependent_bound(
+    terms: StepTerms,
     *,
     spectral_norm: float,
     step_norms: FloatArray,
     projected_norms: FloatArray,
-    reference_gaps: FloatArray,
-    solve_residuals: FloatArray,
-    max_weight: float,
-    gamma: float = GAMMA_LOGISTIC,
 ) -> FloatArray:
     """Per-class data-dependent residual bounds (K,) (module docstring, first formula).
 
+    ``gamma a_max ||X'||_2 (||w_ref - w|| + ||u||) ||X' u|| + ||e||`` (Guo et al. Corollary 1,
+    generalised to ``w_ref != w`` and weights).
+
     Parameters
     ----------
+    terms : the reference gaps, solve residuals, ``a_max`` and gamma.
     spectral_norm : an upper bound on ``||X'||_2`` of the retained rows.
-    step_norms : ``||u_k||``; projected_norms : ``||X' u_k||``.
-    reference_gaps : ``||w_ref,k - w_k||``; solve_residuals : ``||g_k - H_k u_k||``.
-    max_weight : the largest sample weight on the retained rows.
+    step_norms : ``||u_k||``.
+    projected_norms : ``||X' u_k||``.
     """
     return (
-        gamma * max_weight * spectral_norm * (reference_gaps + step_norms) * projected_norms
-        + solve_residuals
+        terms.gamma
+        * terms.max_weight
+        * spectral_norm
+        * (terms.reference_gaps + step_norms)
+        * projected_norms
+        + terms.solve_residuals
     )
 
 
 def worst_case_bound(
-    *,
-    gradient_bounds: FloatArray,
-    retained: int,
-    lam: float,
-    reference_gaps: FloatArray,
-    solve_residuals: FloatArray,
-    max_weight: float,
-    gamma: float = GAMMA_LOGISTIC,
+    terms: StepTerms, *, gradient_bounds: FloatArray, retained: int, lam: float
 ) -> FloatArray:
     """Per-class worst-case residual bounds (K,) (module docstring, second formula).
 
-    ``gradient_bounds`` bounds ``||g_k||`` without looking at the rows' values, e.g.
-    ``m (a_max C + lam ||w_k||) + C ||delta a||_1`` for a batch of m removals.
+    ``gamma a_max n' (||w_ref - w|| + U) U + ||e||`` with ``U = G / (lam n')`` (Guo et al.
+    Theorem 1). ``gradient_bounds`` (``G``) bounds ``||g_k||`` without looking at the rows'
+    values, e.g. ``m (a_max C + lam ||w_k||) + C ||delta a||_1`` for a batch of m removals.
     """
     if retained < 1:
         return np.full_like(gradient_bounds, np.inf)
     u = gradient_bounds / (lam * retained)
-    return gamma * max_weight * retained * (reference_gaps + u) * u + solve_residuals
+    return (
+        terms.gamma * terms.max_weight * retained * (terms.reference_gaps + u) * u
+        + terms.solve_residuals
+    )
 
 
 def removal_gradient_bound(

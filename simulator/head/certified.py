@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +34,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
-from simulator.head.accounting import charge
+from simulator.head.accounting import RULES, Charge
 from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
+    StepResiduals,
+    StepTerms,
     certificate_constant,
     data_dependent_bound,
     epsilon_spent,
@@ -48,13 +51,20 @@ from simulator.head.data import DeletionStatistics, HeadData
 from simulator.head.gram import GramMatrix
 from simulator.head.logistic import (
     IntArray,
-    ShardStatistics,
+    StatisticsRequest,
     objective_gradient,
     objective_hessian,
     predict_classes,
 )
 from simulator.head.solver import HessianSolver, SolveResult
-from simulator.head.training import TrainResult, retrain_head, statistics_in, train_head
+from simulator.head.training import (
+    RetrainSettings,
+    TrainResult,
+    WarmStart,
+    retrain_head,
+    statistics_in,
+    train_head,
+)
 from simulator.threads import all_blas_threads, single_threaded_blas
 
 FloatArray = NDArray[np.float64]
@@ -65,11 +75,19 @@ STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
-class StepBounds:
-    """Per-class bounds (K,) on the new error of one Newton step."""
+class StepOutcome:
+    """What one removal measured and decided, for its report.
 
-    worst: FloatArray
-    data: FloatArray
+    The step's ``residuals`` (zero bounds and the retrained head's residual when the rows were
+    retrained away instead), what it ``charged`` (0 then), why the head was retrained
+    (``budget``, ``method``, ``empty``; None when the step was released) and the refinements
+    of the step's solve.
+    """
+
+    residuals: StepResiduals
+    charged: float
+    retrain_reason: str | None
+    solver_iterations: int
 
 
 class CertifiedHead:
@@ -124,6 +142,7 @@ class CertifiedHead:
 
     @property
     def budget(self) -> float:
+        """The residual budget ``eps'`` (:attr:`HeadConfig.budget`)."""
         return self.config.budget
 
     def gradient_norms(self) -> FloatArray:
@@ -135,6 +154,7 @@ class CertifiedHead:
         return stacked_norm(self.gradient_norms())
 
     def predict(self, X: FloatArray) -> IntArray:
+        """Class of every row of ``X`` (n, d) under the current head."""
         return predict_classes(np.asarray(X, dtype=np.float64) @ self.W)
 
     # ------------------------------------------------------------- save/load
@@ -230,9 +250,8 @@ class CertifiedHead:
                 self.data,
                 self._b,
                 lam=cfg.lam,
-                tol=cfg.tol,
-                W0=self._W,
-                precondition=lambda g: solver.solve(g).step,
+                start=WarmStart(self._W, lambda g: solver.solve(g).step),
+                settings=RetrainSettings(tol=cfg.tol),
                 backend=self._bk,
             )
             gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates
@@ -275,7 +294,7 @@ class CertifiedHead:
         return 0.0
 
     def _gradient_exact(self, W: Array) -> Array:
-        stats = statistics_in(self.data, W, self._bk, hessian=False)
+        stats = statistics_in(self.data, StatisticsRequest(W), self._bk)
         return objective_gradient(stats, W, self._b, lam=self.config.lam)
 
     def _norms(self, x: Array) -> FloatArray:
@@ -284,7 +303,7 @@ class CertifiedHead:
 
     def _refresh(self) -> None:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
-        stats = statistics_in(self.data, self._W, self._bk, hessian=True)
+        stats = statistics_in(self.data, StatisticsRequest(self._W, hessian=True), self._bk)
         self._solver.replace(objective_hessian(stats, lam=self.config.lam))
         self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
         self._W_ref = self._bk.copy(self._W)
@@ -322,87 +341,58 @@ class CertifiedHead:
             return self._remove(ids, t0)
 
     def _remove(self, ids: list[int], t0: float) -> RemovalReport:
-        cfg = self.config
-        if cfg.hessian_mode == "incremental" and (
-            cfg.refresh_every and self._since_refresh >= cfg.refresh_every
-        ):
-            self._refresh()
+        """One certified Newton step for the batch ``ids``, or a retrain past the budget."""
+        self._refresh_if_due()
         timings: dict[str, float] = {}
-        t = time.perf_counter()
-        delta = _moved(self.data.delete(ids, W=self._W, W_ref=self._W_ref), self._bk)
-        timings["statistics"] = time.perf_counter() - t
-        n_new = self.data.retained_count
-        if n_new == 0:
+        with _timed(timings, "statistics"):
+            delta = _moved(self.data.delete(ids, W=self._W, W_ref=self._W_ref), self._bk)
+        retained = self.data.retained_count
+        if retained == 0:
             return self._retrained(ids, "empty", t0)
-
-        t = time.perf_counter()
-        solved = self._newton_step(delta, len(ids))
-        W_new = self._W - solved.step
-        timings["solve"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        bounds = self._step_bounds(delta, solved, len(ids), n_new)
-        timings["bounds"] = time.perf_counter() - t
-
-        exact: float | None = None
-        grad_new: FloatArray | None = None
-        if cfg.computes_exact:
-            t = time.perf_counter()
-            grad_new = self._gradient_exact(W_new)
-            exact = stacked_norm(self._norms(grad_new))
-            timings["exact"] = time.perf_counter() - t
-
-        worst, data_b = stacked_norm(bounds.worst), stacked_norm(bounds.data)
-        step = charge(
-            cfg.accounting, previous=self._cumulative, worst=worst, data=data_b, exact=exact
-        )
+        with _timed(timings, "solve"):
+            solved = self._newton_step(delta, len(ids))
+            W_new = self._W - solved.step
+        with _timed(timings, "bounds"):
+            bounds = self._step_bounds(delta, solved, len(ids), retained)
+        residuals, grad_new = self._with_exact(bounds, W_new, timings)
+        step = RULES[self.config.accounting].charge(self._cumulative, residuals)
         self.removals += 1
-        retrained, reason = False, None
-        cumulative = step.cumulative
-        if cumulative > self.budget:
-            retrained, reason = True, "budget"
-            timings["retrain"] = self._fit("budget")
-            self.retrains += 1
-            cumulative = self._cumulative
-        else:
-            self._W = W_new
-            self._cumulative = cumulative
-            self._since_refresh += 1
-            self.model_version += 1
-            if grad_new is not None:
-                self._carried = grad_new
+        reason = self._settle(step, W_new, grad_new, timings)
         timings["total"] = time.perf_counter() - t0
-        return self._report(
-            ids,
-            worst=worst,
-            data=data_b,
-            exact=exact,
-            charged=step.charged,
-            retrained=retrained,
-            reason=reason,
-            iterations=solved.refinements,
-            timings=timings,
-        )
+        outcome = StepOutcome(residuals, step.charged, reason, solved.refinements)
+        return self._report(ids, outcome, timings)
+
+    def _refresh_if_due(self) -> None:
+        """Rebuild the incremental Hessian every ``refresh_every`` removals (0: never)."""
+        cfg = self.config
+        due = cfg.refresh_every and self._since_refresh >= cfg.refresh_every
+        if cfg.hessian_mode == "incremental" and due:
+            self._refresh()
 
     def _newton_step(self, delta: DeletionStatistics, m: int) -> SolveResult:
-        """Downdate the Hessian by the deletion and solve for the step to the new optimum."""
-        cfg = self.config
-        g = -delta.removed_gradient - cfg.lam * m * self._W
-        if cfg.accounting == "exact":
+        """Bring the Hessian to the retained rows and solve for the step to the new optimum."""
+        _HESSIAN_UPDATES[self.config.hessian_mode](self, delta, m)
+        return self._solver.solve(self._step_gradient(delta, m))
+
+    def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
+        """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
+
+        ``carried`` enters only where the accounting knows it (``exact``); otherwise the charge
+        so far bounds it.
+        """
+        g = -delta.removed_gradient - self.config.lam * m * self._W
+        if RULES[self.config.accounting].knows_gradient:
             g = g + self._carried
         if delta.reweighted is not None:
             g = g + delta.reweighted.gradient
-        if cfg.hessian_mode == "rebuild":
-            self._gram.downdate(delta.removed_rows)
-            stats = statistics_in(self.data, self._W, self._bk, hessian=True)
-            self._solver.replace(objective_hessian(stats, lam=cfg.lam))
-            self._W_ref = self._bk.copy(self._W)
-        else:
-            self._downdate(delta, m)
-        return self._solver.solve(g)
+        return g
 
     def _downdate(self, delta: DeletionStatistics, m: int) -> None:
-        """Gram matrix and Hessian (at ``W_ref``) of the retained rows after a deletion."""
+        """Gram matrix and Hessian (at ``W_ref``) of the retained rows after a deletion.
+
+        The ``incremental`` Hessian mode: the removed rows' curvatures and ``lam m`` leave the
+        Hessian as a low-rank downdate, the weight changes as a dense one.
+        """
         rows = delta.removed_rows
         self._gram.downdate(rows)
         self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=self.config.lam * m)
@@ -410,12 +400,25 @@ class CertifiedHead:
             assert delta.reweighted.hessian is not None
             self._solver.downdate_dense(-delta.reweighted.hessian)
 
+    def _rebuild_hessian(self, delta: DeletionStatistics, m: int) -> None:
+        """The ``rebuild`` Hessian mode: the Hessian over all retained rows at the current head.
+
+        The naive reference path (one pass over the rows); ``m`` is not needed.
+        """
+        self._gram.downdate(delta.removed_rows)
+        stats = statistics_in(self.data, StatisticsRequest(self._W, hessian=True), self._bk)
+        self._solver.replace(objective_hessian(stats, lam=self.config.lam))
+        self._W_ref = self._bk.copy(self._W)
+
     def _step_bounds(
         self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
-    ) -> StepBounds:
-        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``)."""
+    ) -> StepResiduals:
+        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``).
+
+        The per-class bounds are stacked (one mechanism on the stacked head); ``exact`` is left
+        None (:meth:`_with_exact`).
+        """
         cfg = self.config
-        gaps = self._norms(self._W_ref - self._W)
         gradient_bounds = removal_gradient_bound(
             batch=m,
             head_norms=self._norms(self._W),
@@ -423,81 +426,97 @@ class CertifiedHead:
             max_weight=delta.max_weight,
             weight_change_l1=delta.weight_change_l1,
         )
-        if cfg.accounting == "exact":
+        if RULES[cfg.accounting].knows_gradient:
             gradient_bounds = gradient_bounds + self._norms(self._carried)
-        worst = worst_case_bound(
-            gradient_bounds=gradient_bounds,
-            retained=retained,
-            lam=cfg.lam,
-            reference_gaps=gaps,
+        terms = StepTerms(
+            reference_gaps=self._norms(self._W_ref - self._W),
             solve_residuals=solved.residual_norms,
             max_weight=delta.max_weight,
+        )
+        worst = worst_case_bound(
+            terms, gradient_bounds=gradient_bounds, retained=retained, lam=cfg.lam
         )
         # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
         quadratic = self._bk.to_numpy(self._gram.quadratic(solved.step))
-        projected = np.sqrt(np.maximum(quadratic, 0.0))
         data = data_dependent_bound(
+            terms,
             spectral_norm=self._spectral,
             step_norms=self._norms(solved.step),
-            projected_norms=projected,
-            reference_gaps=gaps,
-            solve_residuals=solved.residual_norms,
-            max_weight=delta.max_weight,
+            projected_norms=np.sqrt(np.maximum(quadratic, 0.0)),
         )
-        return StepBounds(worst=worst, data=data)
+        return StepResiduals(worst=stacked_norm(worst), data=stacked_norm(data), exact=None)
+
+    def _with_exact(
+        self, bounds: StepResiduals, W_new: Array, timings: dict[str, float]
+    ) -> tuple[StepResiduals, Array | None]:
+        """The step's bounds with, where configured, its exact residual at the new head.
+
+        The exact residual costs one gradient round over the retained rows (timed as
+        ``exact``); its gradient is returned too (the next ``carried``), None when not measured.
+        """
+        if not self.config.computes_exact:
+            return bounds, None
+        with _timed(timings, "exact"):
+            grad_new = self._gradient_exact(W_new)
+            exact = stacked_norm(self._norms(grad_new))
+        return dataclasses.replace(bounds, exact=exact), grad_new
+
+    def _settle(
+        self, step: Charge, W_new: Array, grad_new: Array | None, timings: dict[str, float]
+    ) -> str | None:
+        """Release ``W_new``, or retrain when the charge exceeds the budget (returns ``budget``)."""
+        if step.cumulative > self.budget:
+            timings["retrain"] = self._fit("budget")
+            self.retrains += 1
+            return "budget"
+        self._W = W_new
+        self._cumulative = step.cumulative
+        self._since_refresh += 1
+        self.model_version += 1
+        if grad_new is not None:
+            self._carried = grad_new
+        return None
 
     def _report(
-        self,
-        ids: list[int],
-        *,
-        worst: float,
-        data: float,
-        exact: float | None,
-        charged: float,
-        retrained: bool,
-        reason: str | None,
-        iterations: int,
-        timings: dict[str, float],
+        self, ids: list[int], outcome: StepOutcome, timings: dict[str, float]
     ) -> RemovalReport:
+        """What the removal of ``ids`` did, with the head's state after it."""
         cfg = self.config
+        retrained = outcome.retrain_reason is not None
+        residuals = outcome.residuals
+        worst, data, exact = residuals.worst, residuals.data, residuals.exact
         return RemovalReport(
             sample_ids=tuple(ids),
             accounting=cfg.accounting,
             residual_worst=worst,
             residual_data=data,
             residual_exact=exact,
-            charged=charged,
+            charged=outcome.charged,
             cumulative=self._cumulative,
             budget=self.budget,
             budget_used_ratio=self._cumulative / self.budget,
             epsilon_spent=self.epsilon_spent,
             delta=cfg.delta,
             retrained=retrained,
-            retrain_reason=reason,
+            retrain_reason=outcome.retrain_reason,
             model_version=self.model_version,
             retained=self.data.retained_count,
-            solver_iterations=iterations,
+            solver_iterations=outcome.solver_iterations,
             retrain_iterations=self.last_fit_iterations if retrained else 0,
             retrain_newton_iterations=self.last_fit_newton_iterations if retrained else 0,
             timings=timings,
         )
 
     def _retrained(self, ids: list[int], reason: str, t0: float) -> RemovalReport:
-        """Retrain after the rows were deleted (``retrain`` method, or no rows left)."""
+        """Retrain after the rows were deleted (``retrain`` method, or no rows left).
+
+        Nothing is charged; the residual reported as exact is the retrained head's.
+        """
         self.removals += 1
         self.retrains += 1
         seconds = self._fit(reason)
-        return self._report(
-            ids,
-            worst=0.0,
-            data=0.0,
-            exact=self._cumulative,
-            charged=0.0,
-            retrained=True,
-            reason=reason,
-            iterations=0,
-            timings={"retrain": seconds, "total": time.perf_counter() - t0},
-        )
+        outcome = StepOutcome(StepResiduals(0.0, 0.0, self._cumulative), 0.0, reason, 0)
+        return self._report(ids, outcome, {"retrain": seconds, "total": time.perf_counter() - t0})
 
     def remove_sequentially(self, ids: Sequence[int]) -> list[RemovalReport]:
         """Remove samples one at a time (one certified step each)."""
@@ -507,6 +526,21 @@ class CertifiedHead:
         """Retrain from scratch on the retained rows with a fresh perturbation."""
         self.retrains += 1
         return self._fit(reason)
+
+
+#: How each ``hessian_mode`` brings the Hessian to the retained rows after a deletion.
+_HESSIAN_UPDATES: dict[str, Callable[[CertifiedHead, DeletionStatistics, int], None]] = {
+    "incremental": CertifiedHead._downdate,
+    "rebuild": CertifiedHead._rebuild_hessian,
+}
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Record the seconds the block takes as ``timings[name]``."""
+    start = time.perf_counter()
+    yield
+    timings[name] = time.perf_counter() - start
 
 
 def _as_ids(ids: Sequence[int]) -> list[int]:
@@ -520,20 +554,12 @@ def _as_ids(ids: Sequence[int]) -> list[int]:
 def _moved(delta: DeletionStatistics, bk: Backend) -> DeletionStatistics:
     """A deletion's statistics in the head's backend (no-op where they were computed)."""
     rw = delta.reweighted
-    if rw is not None:
-        rw = ShardStatistics(
-            loss=bk.asarray(rw.loss),
-            gradient=bk.asarray(rw.gradient),
-            hessian=None if rw.hessian is None else bk.asarray(rw.hessian),
-            gram=None,
-            count=rw.count,
-        )
     return dataclasses.replace(
         delta,
         removed_gradient=bk.asarray(delta.removed_gradient),
         removed_rows=bk.asarray(delta.removed_rows),
         removed_curvature=bk.asarray(delta.removed_curvature),
-        reweighted=rw,
+        reweighted=None if rw is None else rw.moved_to(bk),
     )
 
 

@@ -10,25 +10,24 @@ clients' answers, so the removal logic is written once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.errors import InputError
 from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     class_labels,
     head_columns,
     shard_statistics,
     sigmoid,
     signed_labels,
 )
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -63,43 +62,76 @@ class RowSource(Protocol):
     """Retained rows that answer with statistics: one client, or all of them summed."""
 
     @property
-    def retained_count(self) -> int: ...
+    def retained_count(self) -> int:
+        """Number of retained rows."""
+        ...
 
-    def max_weight(self) -> float: ...
+    def max_weight(self) -> float:
+        """Largest sample weight of a retained row (``a_max`` of the bounds)."""
+        ...
 
-    def unknown_ids(self, ids: Sequence[int]) -> list[int]: ...
+    def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` that are not retained rows (unknown or already deleted)."""
+        ...
 
-    def statistics(
-        self,
-        W: FloatArray,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: FloatArray | None = None,
-    ) -> ShardStatistics: ...
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """The statistics ``request`` asks for, summed over the retained rows."""
+        ...
 
-    def delete(
-        self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray
-    ) -> DeletionStatistics: ...
+    def delete(self, ids: Sequence[int], *, W: FloatArray, W_ref: FloatArray) -> DeletionStatistics:
+        """Delete the rows ``ids``; what that changes in the objective at ``W`` and ``W_ref``."""
+        ...
 
 
 class HeadData(RowSource, Protocol):
-    """Access to the retained rows of the head's training set, with the head's shape.
+    """Access to the retained rows of the head's training set, with the head's shape."""
 
-    ``num_classes`` is K; ``columns`` the head's columns (:func:`head_columns`: 1 when K = 2).
+    @property
+    def dim(self) -> int:
+        """Feature dimension d."""
+        ...
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes K."""
+        ...
+
+    @property
+    def columns(self) -> int:
+        """Columns of the head (:func:`head_columns`: 1 when K = 2, else K)."""
+        ...
+
+
+class HeadShape:
+    """The shape of the head a row source serves: ``dim`` d and ``num_classes`` K.
+
+    Parameters
+    ----------
+    dim : feature dimension d.
+    num_classes : K (the head has :func:`head_columns` columns).
     """
 
-    @property
-    def dim(self) -> int: ...
+    def __init__(self, dim: int, num_classes: int) -> None:
+        self._dim = int(dim)
+        self._num_classes = int(num_classes)
 
     @property
-    def num_classes(self) -> int: ...
+    def dim(self) -> int:
+        """Feature dimension d."""
+        return self._dim
 
     @property
-    def columns(self) -> int: ...
+    def num_classes(self) -> int:
+        """Number of classes K."""
+        return self._num_classes
+
+    @property
+    def columns(self) -> int:
+        """Columns of the head (:func:`head_columns`: 1 when K = 2, else K)."""
+        return head_columns(self._num_classes)
 
 
-class LocalHeadData:
+class LocalHeadData(HeadShape):
     """Rows held in memory; deleted rows keep their place with weight 0 (no copies per removal).
 
     Parameters
@@ -118,7 +150,7 @@ class LocalHeadData:
         arrays, and heads ``W`` of any backend are accepted.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (constructor: the rows, then keyword-only options)
         self,
         X: FloatArray,
         y: IntArray,
@@ -137,8 +169,8 @@ class LocalHeadData:
         norms = np.linalg.norm(X, axis=1)
         if norms.size and norms.max() > 1.0 + 1e-9:
             raise InputError(f"rows must have norm <= 1 for the certificate, max is {norms.max()}")
+        super().__init__(X.shape[1], num_classes)
         self._X = X
-        self._num_classes = int(num_classes)
         self._Y = signed_labels(np.asarray(y, dtype=np.int64), num_classes)
         a = np.ones(X.shape[0]) if weights is None else np.array(weights, dtype=np.float64)
         if a.shape != (X.shape[0],) or not np.all(np.isfinite(a)) or np.any(a <= 0):
@@ -153,23 +185,13 @@ class LocalHeadData:
         self._Yb = backend.asarray(self._Y)
 
     @property
-    def dim(self) -> int:
-        return int(self._X.shape[1])
-
-    @property
-    def num_classes(self) -> int:
-        return self._num_classes
-
-    @property
-    def columns(self) -> int:
-        return head_columns(self._num_classes)
-
-    @property
     def retained_count(self) -> int:
+        """Number of retained rows."""
         return int(self._active.sum())
 
     @property
     def retained_ids(self) -> IntArray:
+        """Row indices of the retained rows."""
         return np.flatnonzero(self._active).astype(np.int64)
 
     @property
@@ -219,40 +241,43 @@ class LocalHeadData:
         return np.where(self._active, self._a, 0.0)
 
     def max_weight(self) -> float:
+        """Largest weight of a retained row (0 when none is left)."""
         return float(self._a[self._active].max(initial=0.0))
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
+        """The row indices of ``ids`` out of range or already deleted."""
         arr = np.asarray(ids, dtype=np.int64)
         bad = (arr < 0) | (arr >= self._X.shape[0])
         ok = ~bad
         bad[ok] = ~self._active[arr[ok]]
         return [int(i) for i in arr[bad]]
 
-    def statistics(
-        self,
-        W: Array,
-        *,
-        hessian: bool,
-        gram: bool = False,
-        hessian_at: Array | None = None,
-    ) -> ShardStatistics:
+    def statistics(self, request: StatisticsRequest) -> ShardStatistics:
+        """The statistics ``request`` asks for over the retained rows (the backend's arrays).
+
+        Deleted rows count with weight 0; the Gram matrix is taken over the retained rows only.
+        """
         bk = self.backend
         a = bk.asarray(self.weights)
-        stats = shard_statistics(
-            self._Xb, self._Yb, a, W, hessian=hessian, hessian_at=hessian_at, gram=False
-        )
+        stats = shard_statistics(self._Xb, self._Yb, a, replace(request, gram=False))
         g = None
-        if gram:
+        if request.gram:
             Xa = bk.take_rows(self._Xb, self._active)
             g = Xa.T @ Xa
         return ShardStatistics(stats.loss, stats.gradient, stats.hessian, g, self.retained_count)
 
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
+        """Delete rows ``ids``, re-weigh the rest (when a callback is set); what that changes.
+
+        The removed rows' gradient is taken at ``W``, their curvatures at ``W_ref``; the
+        re-weighted rows' gradient at ``W`` and Hessian at ``W_ref``
+        (:class:`DeletionStatistics`).
+        """
         bk = self.backend
         idx = np.asarray(ids, dtype=np.int64)
         Xr, Yr = bk.take_rows(self._Xb, idx), bk.take_rows(self._Yb, idx)
         ar = bk.asarray(self._a[idx])
-        removed = shard_statistics(Xr, Yr, ar, W)
+        removed = shard_statistics(Xr, Yr, ar, StatisticsRequest(W))
         p = sigmoid(Yr * (Xr @ bk.asarray(W_ref)))
         curvature = ar[:, None] * p * (1.0 - p)
         max_a = float(self._a[idx].max(initial=0.0))
@@ -274,9 +299,7 @@ class LocalHeadData:
                 bk.take_rows(self._Xb, rows),
                 bk.take_rows(self._Yb, rows),
                 bk.asarray(diff[changed]),
-                W,
-                hessian=True,
-                hessian_at=W_ref,
+                StatisticsRequest(W, hessian=True, hessian_at=W_ref),
             )
             l1 = float(np.abs(diff).sum())
             self._a[keep] = new
@@ -294,4 +317,6 @@ class Reweigher(Protocol):
 
     def __call__(
         self, retained_ids: IntArray, features: FloatArray, labels: IntArray
-    ) -> FloatArray: ...
+    ) -> FloatArray:
+        """New weights (one per retained row, positive) from the retained rows alone."""
+        ...

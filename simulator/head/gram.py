@@ -17,8 +17,11 @@ from simulator.head.backend import Array, Backend, backend_of
 
 
 class GramMatrix:
-    """``G = base - R^T R`` with the removed rows ``R`` pending until folded (in the backend of
-    ``base`` unless ``backend`` is given; :mod:`simulator.head.backend`)."""
+    """``G = base - R^T R``, the retained rows' ``X^T X``, with removed rows ``R`` pending.
+
+    The rows stay pending until folded, in the backend of ``base`` unless ``backend`` is given
+    (:mod:`simulator.head.backend`).
+    """
 
     def __init__(self, base: Array, *, max_pending: int = 256, backend: Backend | None = None):
         self._bk = backend_of(base) if backend is None else backend

@@ -19,13 +19,13 @@ shards equal the full-data value, which is what makes federated Newton iteration
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head.backend import Array, backend_of
+from simulator.head.backend import Array, Backend, backend_of, to_numpy
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -80,6 +80,41 @@ def sigmoid(t: Array) -> Array:
 
 
 @dataclass(frozen=True)
+class StatisticsRequest:
+    """Which sufficient statistics of the rows to compute, and at which head.
+
+    The one question every :class:`~simulator.head.data.RowSource` answers (a shard, a client,
+    the federation's sum, a Flower message). Only the data terms of the objective (module
+    docstring, Guo et al. ICML 2020 eq. 1) are asked for; the regulariser and ``b`` are added
+    by whoever holds the head.
+
+    Attributes
+    ----------
+    W : (d, K) head at which the loss sums and the gradient sums ``sum_i a_i l'_ik y_ik x_i``
+        are evaluated: the data term of ``grad`` (module docstring), the Newton step's right
+        hand side.
+    hessian : also the per-class Hessian sums ``sum_i a_i p_ik (1 - p_ik) x_i x_i^T``: the
+        data term of ``H`` (module docstring), the matrix of the Newton step.
+    gram : also the unweighted ``X^T X`` of the retained rows, whose top eigenvalue gives
+        ``||X'||_2`` in the data-dependent bound (:mod:`simulator.head.certificate`, first
+        formula; Guo et al. Corollary 1).
+    hessian_at : take the Hessian at this head instead of ``W``: the removal keeps its
+        aggregate Hessian at a reference head ``w_ref`` (``H_ref`` of
+        :mod:`simulator.head.certificate`); None for ``W`` itself.
+    """
+
+    W: Array
+    hessian: bool = False
+    gram: bool = False
+    hessian_at: Array | None = None
+
+    def in_numpy(self) -> StatisticsRequest:
+        """The same request with its heads as numpy arrays (what clients compute with)."""
+        at = self.hessian_at
+        return replace(self, W=to_numpy(self.W), hessian_at=None if at is None else to_numpy(at))
+
+
+@dataclass(frozen=True)
 class ShardStatistics:
     """Data terms of the objective of one shard at a given head ``W`` (d x K).
 
@@ -118,6 +153,16 @@ class ShardStatistics:
             count=0,
         )
 
+    def moved_to(self, bk: Backend) -> ShardStatistics:
+        """The same statistics as arrays of ``bk`` (a no-op where they were computed)."""
+        return ShardStatistics(
+            loss=bk.asarray(self.loss),
+            gradient=bk.asarray(self.gradient),
+            hessian=None if self.hessian is None else bk.asarray(self.hessian),
+            gram=None if self.gram is None else bk.asarray(self.gram),
+            count=self.count,
+        )
+
 
 def _add_optional(a: FloatArray | None, b: FloatArray | None) -> FloatArray | None:
     if a is None or b is None:
@@ -128,31 +173,20 @@ def _add_optional(a: FloatArray | None, b: FloatArray | None) -> FloatArray | No
 
 
 def shard_statistics(
-    X: FloatArray,
-    Y: FloatArray,
-    a: FloatArray,
-    W: FloatArray,
-    *,
-    hessian: bool = False,
-    gram: bool = False,
-    hessian_at: FloatArray | None = None,
+    X: FloatArray, Y: FloatArray, a: FloatArray, request: StatisticsRequest
 ) -> ShardStatistics:
     """Sufficient statistics of rows ``X`` (n x d) with signed labels ``Y`` (n x K).
 
     Parameters
     ----------
     X, Y, a : rows, one-vs-rest labels in {-1, +1}, per-sample weights (n,).
-    W : (d, K) head at which loss and gradient are evaluated.
-    hessian : also return the per-class Hessian sums.
-    gram : also return ``X^T X`` (for the data-dependent bound's ``||X||_2``).
-    hessian_at : evaluate the Hessian at this head instead of ``W`` (the removal keeps its
-        aggregate Hessian at a reference point; see :mod:`simulator.head.certified`).
+    request : the head to evaluate at and the optional terms (:class:`StatisticsRequest`).
 
     The statistics are computed with the array library of ``X`` (numpy, or torch on its
     device; :mod:`simulator.head.backend`) and returned in it.
     """
     bk = backend_of(X)  # computed where the rows live; W, Y, a are moved there (no-op if same)
-    W, Y, a = bk.asarray(W), bk.asarray(Y), bk.asarray(a)
+    W, Y, a = bk.asarray(request.W), bk.asarray(Y), bk.asarray(a)
     n, d = X.shape
     k = W.shape[1]
     if Y.shape != (n, k) or a.shape != (n,) or W.shape[0] != d:
@@ -163,8 +197,9 @@ def shard_statistics(
     coeff = -(Y * bk.sigmoid(-margins)) * a[:, None]
     grad = X.T @ coeff
     hess = None
-    if hessian:
-        m_ref = margins if hessian_at is None else Y * (X @ bk.asarray(hessian_at))
+    if request.hessian:
+        at = request.hessian_at
+        m_ref = margins if at is None else Y * (X @ bk.asarray(at))
         p = bk.sigmoid(m_ref)
         curv = a[:, None] * p * (1.0 - p)
         if bk.any(a < 0):  # weight *changes* may be negative: general products
@@ -173,7 +208,7 @@ def shard_statistics(
                 hess[c] = X.T @ (X * curv[:, c, None])
         else:  # one pass over the rows, symmetric rank-k updates (backend.weighted_grams)
             hess = bk.weighted_grams(X, curv)
-    g = X.T @ X if gram else None
+    g = X.T @ X if request.gram else None
     return ShardStatistics(loss=loss, gradient=grad, hessian=hess, gram=g, count=n)
 
 

@@ -218,8 +218,10 @@ class HessianSolver:
         return self._bk.cho_solve(self._factors[c], r)
 
     def _extend_z(self, c: int, b: Array) -> Array:
-        """Solve ``base_c x = b`` and, in the same solves, ``Z`` for rows added since the last
-        solve of class c (bordering ``U Z_c``); returns ``base_c^{-1} b``."""
+        """``base_c^{-1} b``, extending ``Z`` for class c in the same solves.
+
+        ``Z`` gains the rows added since the last solve of class c (bordering ``U Z_c``).
+        """
         done = self._z[c].shape[1]
         new_rows = self._rows[done:]
         if not new_rows.shape[0]:

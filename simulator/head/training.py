@@ -40,6 +40,7 @@ from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.data import HeadData
 from simulator.head.logistic import (
     ShardStatistics,
+    StatisticsRequest,
     objective_gradient,
     objective_hessian,
     objective_value,
@@ -79,18 +80,9 @@ class TrainResult:
             object.__setattr__(self, "hessian_builds", self.iterations + 1)
 
 
-def statistics_in(
-    data: HeadData, W: Array, bk: Backend, *, hessian: bool, gram: bool = False
-) -> ShardStatistics:
-    """The data's statistics at ``W``, moved to ``bk`` (a no-op where they were computed)."""
-    st = data.statistics(W, hessian=hessian, gram=gram)
-    return ShardStatistics(
-        loss=bk.asarray(st.loss),
-        gradient=bk.asarray(st.gradient),
-        hessian=None if st.hessian is None else bk.asarray(st.hessian),
-        gram=None if st.gram is None else bk.asarray(st.gram),
-        count=st.count,
-    )
+def statistics_in(data: HeadData, request: StatisticsRequest, bk: Backend) -> ShardStatistics:
+    """The data's answer to ``request``, moved to ``bk`` (a no-op where it was computed)."""
+    return data.statistics(request).moved_to(bk)
 
 
 def train_head(
@@ -100,7 +92,6 @@ def train_head(
     lam: float,
     tol: float = 1e-8,
     max_iter: int = 50,
-    W0: Array | None = None,
     backend: Backend = NUMPY,
 ) -> TrainResult:
     """Newton iterations to the minimiser of ``L_b`` on the retained rows of ``data``.
@@ -111,12 +102,12 @@ def train_head(
     start = time.perf_counter()
     bk = backend
     d, k = data.dim, data.columns
-    W = bk.zeros((d, k)) if W0 is None else bk.copy(W0)
+    W = bk.zeros((d, k))
     b = bk.asarray(b)
     if tuple(b.shape) != (d, k):
         raise InputError(f"b must be (d, columns) = {(d, k)}, got {tuple(b.shape)}")
     scale = max(1, data.retained_count)
-    stats = statistics_in(data, W, bk, hessian=True, gram=True)
+    stats = statistics_in(data, StatisticsRequest(W, hessian=True, gram=True), bk)
     gram = stats.gram
     assert gram is not None
     for it in range(max_iter + 1):
@@ -126,27 +117,32 @@ def train_head(
         if np.all(norms <= tol * scale):
             return TrainResult(W, norms, it, H, gram, time.perf_counter() - start)
         step = _cholesky_preconditioner(H, bk)(grad)
-        W, stats = _line_search(data, W, step, stats, b, lam=lam, bk=bk)
+        W, stats = _line_search(_Objective(data, b, lam, bk), W, step, stats)
     raise NumericalError(
         f"Newton did not reach ||grad|| <= {tol} * {scale} in {max_iter} iterations "
         f"(max gradient norm {float(norms.max()):.3e})"
     )
 
 
+@dataclass(frozen=True)
+class _Objective:
+    """``L_b`` on the retained rows of ``data`` (``logistic.py``), its arrays in ``bk``."""
+
+    data: HeadData
+    b: Array
+    lam: float
+    bk: Backend
+
+
 def _line_search(
-    data: HeadData,
-    W: Array,
-    step: Array,
-    stats: ShardStatistics,
-    b: Array,
-    *,
-    lam: float,
-    bk: Backend,
+    objective: _Objective, W: Array, step: Array, stats: ShardStatistics
 ) -> tuple[Array, ShardStatistics]:
     """Backtracking (Armijo) per class; the full step is accepted near the optimum."""
-    grad = objective_gradient(stats, W, b, lam=lam)
-    W_new, _ = _armijo(data, W, step, stats, grad, b, lam=lam, bk=bk)
-    return W_new, statistics_in(data, W_new, bk, hessian=True)
+    grad = objective_gradient(stats, W, objective.b, lam=objective.lam)
+    W_new, _ = _armijo(objective, W, step, stats, grad)
+    return W_new, statistics_in(
+        objective.data, StatisticsRequest(W_new, hessian=True), objective.bk
+    )
 
 
 #: ``(d, K) gradient -> (d, K) step`` solving with a fixed SPD matrix per class.
@@ -179,30 +175,15 @@ def _cholesky_preconditioner(
     return solve
 
 
-def retrain_head(
-    data: HeadData,
-    b: Array,
-    *,
-    lam: float,
-    W0: Array,
-    precondition: Preconditioner,
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    contraction: float = 0.9,
-    patience: int = 3,
-    memory: int = 10,
-    backend: Backend = NUMPY,
-) -> TrainResult:
-    """The minimiser of ``L_b`` on the retained rows, warm-started at ``W0`` (module docstring).
+@dataclass(frozen=True)
+class RetrainSettings:
+    """Stopping rule and tuning of :func:`retrain_head`.
 
-    Parameters
+    Attributes
     ----------
-    data, b, lam, tol : as :func:`train_head`; the stopping rule is the same,
-        ``||grad L_b(w_k)|| <= tol * n`` for every class k.
-    W0 : the starting head (the current head: its optimum differs only by the removed rows
-        and the new ``b``).
-    precondition : applies ``M_k^{-1}`` per class for SPD ``M_k`` close to the Hessian (the
-        removal solver's downdated Hessian at its reference point).
+    tol : as :func:`train_head`; the stopping rule is the same, ``||grad L_b(w_k)|| <= tol * n``
+        for every class k.
+    max_iter : iterations before giving up.
     contraction, patience : after ``patience`` consecutive iterations that do not reduce some
         unconverged class's gradient norm by the factor ``contraction``, the next iteration is a
         true Newton iteration (a Hessian build at the current head, which then becomes the
@@ -212,6 +193,49 @@ def retrain_head(
         inverse Hessian: the new ``b`` moves the head and the curvatures with it, and the pairs
         learn that change (on the benchmark workload the plain preconditioned iteration
         contracted by only 0.5-0.9 per step, L-BFGS by 0.2-0.4).
+    """
+
+    tol: float = 1e-8
+    max_iter: int = 100
+    contraction: float = 0.9
+    patience: int = 3
+    memory: int = 10
+
+
+#: The settings a retrain uses unless told otherwise.
+DEFAULT_RETRAIN = RetrainSettings()
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Where a retrain starts (module docstring).
+
+    ``W0`` is the starting head (the current head: its optimum differs only by the removed rows
+    and the new ``b``); ``precondition`` applies ``M_k^{-1}`` per class for SPD ``M_k`` close to
+    the Hessian (the removal solver's downdated Hessian at its reference point).
+    """
+
+    W0: Array
+    precondition: Preconditioner
+
+
+def retrain_head(
+    data: HeadData,
+    b: Array,
+    *,
+    lam: float,
+    start: WarmStart,
+    settings: RetrainSettings = DEFAULT_RETRAIN,
+    backend: Backend = NUMPY,
+) -> TrainResult:
+    """The minimiser of ``L_b`` on the retained rows, warm-started (module docstring).
+
+    Parameters
+    ----------
+    data, b, lam : as :func:`train_head`.
+    start : the starting head and the preconditioner.
+    settings : stopping rule and tuning.
+    backend : as :func:`train_head`.
 
     Returns
     -------
@@ -222,12 +246,15 @@ def retrain_head(
     ``iterations`` counts all iterations, ``newton_iterations`` those with a Hessian build
     (the last, the polish, included), ``hessian_builds`` the builds.
     """
-    start = time.perf_counter()
+    t0 = time.perf_counter()
     bk = backend
-    W = bk.copy(W0)
+    W = bk.copy(start.W0)
+    precondition = start.precondition
+    tol, max_iter, contraction = settings.tol, settings.max_iter, settings.contraction
+    patience, memory = settings.patience, settings.memory
     b = bk.asarray(b)
     scale = max(1, data.retained_count)
-    stats = statistics_in(data, W, bk, hessian=False)
+    stats = statistics_in(data, StatisticsRequest(W), bk)
     grad = objective_gradient(stats, W, b, lam=lam)
     norms = bk.to_numpy(bk.norms(grad))
     newton = builds = slow = 0
@@ -238,7 +265,7 @@ def retrain_head(
             # one Hessian build at the converged head, then one Newton step with it (a polish
             # that costs K factorisations and a gradient pass: the head lands where a cold
             # Newton run lands, well inside the tolerance); the build's point is the reference
-            final = statistics_in(data, W, bk, hessian=True)
+            final = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
             builds += 1
             H = objective_hessian(final, lam=lam)
             factors = _cholesky_factors(H, bk)  # handed on to the removal solver
@@ -246,7 +273,7 @@ def retrain_head(
                 objective_gradient(final, W, b, lam=lam)
             )
             polished = W - newton_step
-            pstats = statistics_in(data, polished, bk, hessian=False)
+            pstats = statistics_in(data, StatisticsRequest(polished), bk)
             pgrad = objective_gradient(pstats, polished, b, lam=lam)
             pnorms = bk.to_numpy(bk.norms(pgrad))
             better = np.linalg.norm(pnorms) <= np.linalg.norm(norms)
@@ -257,7 +284,7 @@ def retrain_head(
                 it + 1,
                 H,
                 None,
-                time.perf_counter() - start,
+                time.perf_counter() - t0,
                 newton_iterations=newton + 1,
                 hessian_builds=builds,
                 reference=W,
@@ -266,7 +293,7 @@ def retrain_head(
         if it == max_iter:
             break
         if use_newton:
-            hstats = statistics_in(data, W, bk, hessian=True)
+            hstats = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
             builds += 1
             newton += 1
             precondition = _cholesky_preconditioner(objective_hessian(hstats, lam=lam), bk)
@@ -274,7 +301,7 @@ def retrain_head(
             step = precondition(grad)
         else:
             step = _lbfgs_direction(grad, history, precondition, bk)
-        W_new, stats_new = _armijo(data, W, step, stats, grad, b, lam=lam, bk=bk)
+        W_new, stats_new = _armijo(_Objective(data, b, lam, bk), W, step, stats, grad)
         grad_new = objective_gradient(stats_new, W_new, b, lam=lam)
         norms_new = bk.to_numpy(bk.norms(grad_new))
         history.append((W_new - W, grad_new - grad))
@@ -298,9 +325,11 @@ def _lbfgs_direction(
     precondition: Preconditioner,
     bk: Backend,
 ) -> Array:
-    """L-BFGS two-loop recursion per class (Nocedal & Wright 2006, Alg. 7.4) with the initial
-    inverse Hessian ``M^{-1}`` (the preconditioner); ``history`` holds ``(s, y)`` pairs (d, K).
-    Strong convexity keeps every ``s_k . y_k >= lam n ||s_k||^2 > 0``."""
+    """L-BFGS two-loop recursion per class (Nocedal & Wright 2006, Alg. 7.4).
+
+    The initial inverse Hessian is ``M^{-1}`` (the preconditioner); ``history`` holds
+    ``(s, y)`` pairs (d, K). Strong convexity keeps every ``s_k . y_k >= lam n ||s_k||^2 > 0``.
+    """
     q = bk.copy(grad)
     coefs = []
     for s, y in reversed(history):
@@ -320,25 +349,21 @@ def _lbfgs_direction(
 
 
 def _armijo(
-    data: HeadData,
-    W: Array,
-    step: Array,
-    stats: ShardStatistics,
-    grad: Array,
-    b: Array,
-    *,
-    lam: float,
-    bk: Backend,
+    objective: _Objective, W: Array, step: Array, stats: ShardStatistics, grad: Array
 ) -> tuple[Array, ShardStatistics]:
-    """Backtracking (Armijo) per class from gradient passes only; returns the accepted head
-    and its statistics (no Hessian), so the next iteration needs no further pass."""
+    """Backtracking (Armijo) per class from gradient passes only.
+
+    Returns the accepted head and its statistics (no Hessian), so the next iteration needs no
+    further pass.
+    """
+    data, b, lam, bk = objective.data, objective.b, objective.lam, objective.bk
     f0 = bk.to_numpy(objective_value(stats, W, b, lam=lam))
     slope = -bk.to_numpy((grad * step).sum(0))
     t = np.ones(W.shape[1])
     cand, trial = W - step, stats
     for _ in range(30):
         cand = W - step * bk.asarray(t)
-        trial = statistics_in(data, cand, bk, hessian=False)
+        trial = statistics_in(data, StatisticsRequest(cand), bk)
         f1 = bk.to_numpy(objective_value(trial, cand, b, lam=lam))
         bad = ~(f1 <= f0 + 1e-4 * t * slope + 1e-12 * np.abs(f0))  # NaN is bad
         if not np.any(bad):

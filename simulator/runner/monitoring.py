@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.features.rff import median_bandwidth
 from simulator.head import predict_classes
 from simulator.metrics import (
@@ -47,9 +47,6 @@ from simulator.metrics import (
 from simulator.metrics.drift import js_divergence, total_variation
 from simulator.runner.federation import Federation
 from simulator.seeds import child_rng
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 #: Scalar streams watched by the online change detectors (bounded metric labels).
 DETECTOR_STREAMS: tuple[str, ...] = ("accuracy", "forget_loss", "mia_auc")

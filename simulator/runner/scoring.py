@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from simulator.federation.client import cold_fit as fit_cold
 from simulator.head import LocalHeadData, predict_classes, train_head
 from simulator.head.certificate import stacked_norm
-from simulator.head.logistic import objective_gradient
+from simulator.head.logistic import StatisticsRequest, objective_gradient
 from simulator.metrics import accuracy, prediction_agreement, relative_distance, weighted_f1
 from simulator.runner.federation import Federation
 from simulator.runner.monitoring import RunMonitor
@@ -101,7 +101,7 @@ def retrained_head(fed: Federation) -> tuple[FloatArray, float, dict[str, float]
     trained = train_head(ref.data, fed.head.b, lam=cfg.lam, tol=cfg.tol)
     seconds = time.perf_counter() - t
     W = fed.head.W
-    stats = ref.data.statistics(W, hessian=False)
+    stats = ref.data.statistics(StatisticsRequest(W))
     residual = stacked_norm(
         np.linalg.norm(objective_gradient(stats, W, fed.head.b, lam=cfg.lam), axis=0)
     )

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
 import torch
-from numpy.typing import NDArray
 
+from simulator.arrays import FloatArray, IntArray
 from simulator.data.dataset import Dataset
 from simulator.federation import (
     ClientChannel,
@@ -34,9 +33,6 @@ from simulator.models.fedavg import LocalRound
 from simulator.runner.featurize import in_process_round
 from simulator.runner.shards import make_client
 from simulator.scenario import Scenario
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 class RetainedView(Protocol):
