@@ -13,31 +13,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from kafka import KafkaProducer
 
 from server.kafka.publisher import producer_settings
 from server.kafka.signing import HEADER, sign
 from server.kafka.topics import Topics, ensure_topics
-from simulator.runner.evaluation import original_labels
-from simulator.runner.federation import load_dataset, split_clients
+from simulator.runner.federation import deletion_stream, load_dataset, split_clients
 from simulator.scenario import Scenario
-from simulator.seeds import child_rng
-from simulator.stream import DeletionRequest, generate_stream
+from simulator.stream import DeletionRequest
 
 
 def scenario_requests(scenario: Scenario) -> list[DeletionRequest]:
     """The scenario's deletion requests, as ``build_federation(scenario).requests``."""
     ds = load_dataset(scenario)
     shards, _ = split_clients(scenario, ds)
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
-    return generate_stream(
-        scenario.stream,
-        client_indices=shards,
-        labels=labels,
-        scenario_name=scenario.name,
-        rng=child_rng(scenario.seed, "stream"),
-    )
+    return deletion_stream(scenario, ds, shards)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ from numpy.typing import NDArray
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
 from simulator.runner.configs import backbone_config, decorrelation_config, head_config
-from simulator.runner.evaluation import build_eval_sets, original_labels, shift_splits
-from simulator.runner.federation import load_dataset, split_clients
+from simulator.runner.evaluation import build_eval_sets, shift_splits
+from simulator.runner.federation import deletion_stream, load_dataset, split_clients
 from simulator.runner.requests import RowHoldings, expand
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
-from simulator.stream import DeletionRequest, batches, generate_stream
+from simulator.stream import DeletionRequest, batches
 from simulator.unlearners import ModelConfig, TrainingSet
 
 IntArray = NDArray[np.int64]
@@ -189,14 +189,7 @@ def build_workload(
     for name, extra in shift_splits(sc, ds, eval_sets.base["test"]).items():
         kind = next(s.kind for s in sc.evaluation.shift_splits if s.name == name)
         splits[name] = EvalSplit(extra.x, extra.y, labelled=kind != "remaining")
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
-    requests = generate_stream(
-        sc.stream,
-        client_indices=shards,
-        labels=labels,
-        scenario_name=sc.name,
-        rng=child_rng(seed, "stream"),
-    )
+    requests = deletion_stream(sc, ds, shards)
     batch_ids = expand_requests(
         requests, sc.stream.max_batch_requests, groups, num_clients=len(shards)
     )
