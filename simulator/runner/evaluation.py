@@ -47,6 +47,7 @@ class EvaluationSets:
     )
 
     def active_shifts(self, tick: int) -> tuple[int, ...]:
+        """Indices of the scenario's shifts that have started by ``tick``."""
         return tuple(i for i, s in enumerate(self.scenario.shifts) if tick >= s.start)
 
     def features(self, split: str, tick: int) -> tuple[FloatArray, IntArray]:
