@@ -31,7 +31,7 @@ from server.flower.settings import ConsumerSettings, FleetSettings, RunSettings
 from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
-from simulator.runner import RunResult, run_scenario
+from simulator.runner import RunOptions, RunResult, run_scenario
 from simulator.runner.run_folder import new_run_folder
 from simulator.scenario import Scenario, load_scenario
 
@@ -75,16 +75,10 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
     flower = FlowerTransport(fleet, scenario, name=transport)
     try:
         if stream is not None and stream.enabled:
-            return consume_on_grid(flower, scenario, stream, folder, console, on_event, run_id)
-        return run_scenario(
-            scenario,
-            output_dir=folder,
-            console=console,
-            progress=False,
-            plots=plots,
-            transport=flower,
-            on_event=on_event,
-        )
+            options = RunOptions(console=console, on_event=on_event)  # plots: as before, on
+            return consume_on_grid(flower, scenario, stream, folder, options, run_id)
+        options = RunOptions(console=console, progress=False, plots=plots, on_event=on_event)
+        return run_scenario(scenario, options, output_dir=folder, transport=flower)
     except Exception:
         log(f"the run failed:\n{traceback.format_exc()}")
         raise
@@ -92,13 +86,12 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
         (folder / TRANSPORT_FILE).write_text(json.dumps(flower.summary(), indent=2) + "\n")
 
 
-def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
+def consume_on_grid(
     flower: FlowerTransport,
     scenario: Scenario,
     stream: ConsumerSettings,
     folder: Path,
-    console: Console,
-    on_event: Sequence[EventCallback] = (),
+    options: RunOptions,
     run_id: int = 0,
 ) -> RunResult:
     """Train over ``flower``, then consume the Kafka requests topic (the usual run folder).
@@ -124,7 +117,7 @@ def consume_on_grid(  # noqa: PLR0913 (run_on_grid's arguments, passed on)
         )
     scenario = as_kafka_source(scenario)
     fed = build_federation(scenario, transport=flower)
-    end = consume(fed, config, folder, console, [*on_event])
+    end = consume(fed, config, folder, options)
     return RunResult(folder, end, [])
 
 

@@ -22,9 +22,16 @@ def child_seed(seed: int, *path: str | int) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
-def child_rng(seed: int, *path: str | int) -> np.random.Generator:
-    """The numpy generator of one named stage."""
-    return np.random.default_rng(child_seed(seed, *path))
+def child_rng(seed: int, *path: str | int, index: int | None = None) -> np.random.Generator:
+    """The numpy generator of one named stage.
+
+    ``index``: the stage's ``index``-th generator, seeded with the two words
+    ``[child_seed(seed, *path), index]`` (a :class:`numpy.random.SeedSequence` entropy list), not
+    with a longer name path: how the evaluation's timed shifts and shift splits draw (one
+    generator per shift), kept so that their committed results stay bit-identical.
+    """
+    root = child_seed(seed, *path)
+    return np.random.default_rng(root if index is None else [root, index])
 
 
 def child_torch(seed: int, *path: str | int) -> torch.Generator:

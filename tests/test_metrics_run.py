@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
-from simulator.runner import run_scenario
+from simulator.runner import RunOptions, run_scenario
 from simulator.scenario import load_scenario
 
 ATTACKS = {"loss", "confidence", "entropy", "modified_entropy", "lira"}
@@ -21,7 +21,9 @@ ATTACKS = {"loss", "confidence", "entropy", "modified_entropy", "lira"}
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     folder = tmp_path_factory.mktemp("metrics_run")
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
-    run_scenario(scenario, output_dir=folder, console=Console(quiet=True), progress=False)
+    run_scenario(
+        scenario, RunOptions(console=Console(quiet=True), progress=False), output_dir=folder
+    )
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     return folder, events
 
@@ -121,7 +123,9 @@ def test_metrics_can_be_turned_off(tmp_path: Path) -> None:
         ],
     )
     run_scenario(
-        scenario, output_dir=tmp_path, console=Console(quiet=True), progress=False, plots=False
+        scenario,
+        RunOptions(console=Console(quiet=True), progress=False, plots=False),
+        output_dir=tmp_path,
     )
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     b = [e for e in events if e["event"] == "deletion_batch"][-1]

@@ -26,7 +26,7 @@ from server.kafka.settings import ConsumerSettings
 from server.kafka.topics import Topics
 from server.metrics.exporter import MetricsExporter as Exporter
 from simulator.compare.workload import expand_requests
-from simulator.runner import run_scenario
+from simulator.runner import RunOptions, run_scenario
 from simulator.runner.federation import build_federation, split_clients
 from simulator.stream import batches
 
@@ -59,14 +59,21 @@ def receipts(folder: Path) -> list[tuple[str, str, int, str | None]]:
 def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
     sc = scenario(PARITY)
     ours, theirs = Exporter(), Exporter()
-    run_scenario(sc, output_dir=tmp_path / "run", progress=False, plots=False, on_event=[ours])
+    run_scenario(
+        sc, RunOptions(progress=False, plots=False, on_event=[ours]), output_dir=tmp_path / "run"
+    )
     fed = build_federation(as_kafka_source(sc))
     with LocalBroker(free_port(), log_path=tmp_path / "broker.log") as broker:
         replay_requests(fed.requests, bootstrap=broker.bootstrap, topics=Topics())
         stream = ConsumerSettings(bootstrap=broker.bootstrap, idle_timeout=2.0)
         config = consumer_config(stream, tmp_path / "kafka", sc, fsync=False)
         assert config.batch.max_requests == 1  # the scenario's stream.max_batch_requests
-        consume(fed, config, tmp_path / "kafka", Console(quiet=True), [theirs], plots=False)
+        consume(
+            fed,
+            config,
+            tmp_path / "kafka",
+            RunOptions(console=Console(quiet=True), plots=False, on_event=[theirs]),
+        )
     a, b = tmp_path / "run", tmp_path / "kafka"
     for name in FILES:  # one output contract
         assert (a / name).exists() and (b / name).exists(), name

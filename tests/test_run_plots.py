@@ -12,7 +12,7 @@ from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
 from simulator.reporting.run_report import plot_run
-from simulator.runner import run_scenario
+from simulator.runner import RunOptions, run_scenario
 from simulator.scenario import load_scenario
 
 
@@ -20,7 +20,9 @@ from simulator.scenario import load_scenario
 def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("plots")
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
-    run_scenario(scenario, output_dir=folder, console=Console(quiet=True), progress=False)
+    run_scenario(
+        scenario, RunOptions(console=Console(quiet=True), progress=False), output_dir=folder
+    )
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     batches = [e for e in events if e["event"] == "deletion_batch"]
     shifts = [(f"shift: {s.kind}", s.start) for s in scenario.shifts]

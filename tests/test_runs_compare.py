@@ -15,7 +15,7 @@ from server.cli import main
 from simulator.errors import InputError
 from simulator.reporting.flat import flatten
 from simulator.reporting.runs_compare import load_run, plot_compare, resolve_run
-from simulator.runner import run_scenario
+from simulator.runner import RunOptions, run_scenario
 from simulator.runner.run_folder import new_run_folder
 from simulator.scenario import load_scenario
 
@@ -29,7 +29,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             SCENARIOS / "quickstart.yaml",
             overrides=[*SMALL, f"method={method}", f"output_dir={parent / method}"],
         )
-        result = run_scenario(scenario, console=Console(quiet=True), progress=False, plots=False)
+        result = run_scenario(
+            scenario, RunOptions(console=Console(quiet=True), progress=False, plots=False)
+        )
         folders.append(result.output_dir)
     return folders
 

@@ -9,7 +9,7 @@ from support.scenarios import SCENARIOS, SMALL
 
 from simulator.reporting.run_report import read_summary, read_verdict
 from simulator.reporting.verdict import certificate_verdict, phase_table
-from simulator.runner import run_scenario
+from simulator.runner import RunOptions, run_scenario
 from simulator.scenario import load_scenario
 
 END = {
@@ -80,7 +80,9 @@ def test_verdict_not_held_when_a_charge_or_a_checkpoint_exceeds_the_budget() -> 
 def test_a_real_run_puts_the_verdict_first(tmp_path: Path) -> None:
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
     console = Console(record=True, width=120)
-    run_scenario(scenario, output_dir=tmp_path, console=console, progress=False, plots=False)
+    run_scenario(
+        scenario, RunOptions(console=console, progress=False, plots=False), output_dir=tmp_path
+    )
     text = (tmp_path / "summary.md").read_text()
     lines = text.splitlines()
     assert lines[0] == "# quickstart" and lines[2].startswith("## Certificate: HELD")

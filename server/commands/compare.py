@@ -17,15 +17,16 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from server.commands.run import add_overrides
+from server.commands.run import add_scenario_input
 from simulator.errors import ConfigError
 
 
 def register(sub: Any) -> None:
+    """Add ``compare``, ``compare-summary`` and ``compare-retable`` to the sub-parsers ``sub``."""
     p = sub.add_parser(
         "compare", help="compare unlearning methods on one scenario (paper-style tables)"
     )
-    p.add_argument("scenario", help="path to a scenario YAML")
+    add_scenario_input(p)
     p.add_argument(
         "--methods",
         default=None,
@@ -72,7 +73,6 @@ def register(sub: Any) -> None:
         help="do not add the retrain reference (saves its per-batch retraining on large data; "
         "the distance-to-retrain columns are then n/a)",
     )
-    add_overrides(p)
     p.set_defaults(handler=handle)
     q = sub.add_parser(
         "compare-summary",
@@ -90,6 +90,7 @@ def register(sub: Any) -> None:
 
 
 def handle_retable(args: argparse.Namespace, console: Console) -> int:
+    """Rewrite each comparison folder's tables and verdicts from its ``runs.csv``."""
     from simulator.compare.report import retable
 
     for folder in args.folders:
@@ -99,6 +100,7 @@ def handle_retable(args: argparse.Namespace, console: Console) -> int:
 
 
 def handle_summary(args: argparse.Namespace, console: Console) -> int:
+    """Print one DR - CR verdict table over the comparison folders."""
     from simulator.compare.summary import summary_markdown
 
     text = summary_markdown([Path(f) for f in args.folders], args.metric)
@@ -107,8 +109,10 @@ def handle_summary(args: argparse.Namespace, console: Console) -> int:
 
 
 def parse_methods(text: str | None, *, reference: bool = True) -> list[str]:
-    """Method names from ``a,b,c``; ``retrain`` is added first when missing (the reference),
-    unless ``reference`` is False."""
+    """Method names from ``a,b,c``.
+
+    ``retrain`` is added first when missing (the reference), unless ``reference`` is False.
+    """
     from simulator.unlearners import registered_unlearners, unlearner_class
 
     names = (
@@ -140,6 +144,7 @@ def parse_options(items: list[str], methods: list[str]) -> dict[str, dict[str, A
 
 
 def parse_checkpoints(text: str | None) -> list[int] | None:
+    """Removal counts from ``25,75,200`` (None: the scenario's ``evaluation.checkpoints``)."""
     if text is None:
         return None
     try:
@@ -182,6 +187,7 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Compare the methods over the seeds; write and print the tables."""
     from simulator.compare import build_workload, run_comparison, write_comparison
     from simulator.compare.profiles import QUICK, QUICK_CHECKPOINTS, REGIMES
     from simulator.scenario import load_scenario

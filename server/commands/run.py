@@ -34,10 +34,22 @@ def add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_scenario_input(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """What every scenario command reads: the scenario YAML and its ``--set`` overrides.
+
+    ``many``: one or more files (``args.files``) instead of one ``args.scenario``.
+    """
+    if many:
+        parser.add_argument("files", nargs="+", help="paths to scenario YAMLs")
+    else:
+        parser.add_argument("scenario", help="path to a scenario YAML")
+    add_overrides(parser)
+
+
 def register(sub: Any) -> None:
+    """Add the ``run`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("run", help="run a scenario YAML end to end")
-    p.add_argument("scenario", help="path to a scenario YAML")
-    add_overrides(p)
+    add_scenario_input(p)
     p.add_argument(
         "--output",
         help="output folder, used as given and refused if not empty (default: a new "
@@ -55,6 +67,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    """Check, then run the scenario in its run folder; the exit code (130: interrupted)."""
     from server.preflight import check_run
     from simulator.runner.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
     from simulator.runner.run_folder import tracked
@@ -104,8 +117,11 @@ def run_folder(args: argparse.Namespace, scenario: Any) -> tuple[Path, dict[str,
 
 
 def _owns_checkpoint(folder: Path, state: Path) -> bool:
-    """``state`` holds a consumer checkpoint that belongs to ``folder`` (inside it, or the
-    state folder its ``run.json`` records)."""
+    """``state`` holds a consumer checkpoint that belongs to ``folder``.
+
+    The checkpoint is inside ``folder``, or ``state`` is the state folder its ``run.json``
+    records.
+    """
     from server.kafka.checkpoint import NAME
     from server.kafka.restart import NAME as FEDERATION
     from simulator.runner.run_folder import read_manifest
@@ -117,31 +133,34 @@ def _owns_checkpoint(folder: Path, state: Path) -> bool:
 
 
 def _run(args: argparse.Namespace, scenario: Any, console: Console) -> int:
-    from simulator.runner.interrupt import EXIT_INTERRUPTED
-
+    """Run on the scenario's transport, from its stream or Kafka; the exit code."""
     if scenario.transport == "flower-deploy":  # metrics are served by the ServerApp
         from server.flower.launch import run_flower
 
-        result = run_flower(scenario, args, console)
-        return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
+        return _exit_code(run_flower(scenario, args, console).final)
     with metrics_session(args, console) as callbacks:
         if scenario.transport != "inprocess":
             from server.flower.launch import run_flower
 
-            result = run_flower(scenario, args, console, callbacks)
-            return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
+            return _exit_code(run_flower(scenario, args, console, callbacks).final)
         if uses_kafka(args, scenario):
             from server.kafka.launch import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
-        from simulator.runner import run_scenario
+        from simulator.runner import RunOptions, run_scenario
 
-        result = run_scenario(
-            scenario,
-            output_dir=args.output,
+        options = RunOptions(
             console=console,
             progress=not args.no_progress,
             plots=not args.no_plots,
             on_event=callbacks,
         )
-    return EXIT_INTERRUPTED if result.final.get("interrupted") else 0
+        result = run_scenario(scenario, options, output_dir=args.output)
+    return _exit_code(result.final)
+
+
+def _exit_code(end: dict[str, Any]) -> int:
+    """0, or 130 when a signal stopped the run (its end event says ``interrupted``)."""
+    from simulator.runner.interrupt import EXIT_INTERRUPTED
+
+    return EXIT_INTERRUPTED if end.get("interrupted") else 0

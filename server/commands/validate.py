@@ -13,15 +13,14 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from server.commands.run import add_overrides
+from server.commands.run import add_scenario_input
 from simulator.errors import ConfigError
 
 
 def register(sub: Any) -> None:
     """Add the ``validate`` sub-command to the sub-parsers ``sub``."""
     p = sub.add_parser("validate", help="check scenario files without running them")
-    p.add_argument("files", nargs="+")
-    add_overrides(p)
+    add_scenario_input(p, many=True)
     p.add_argument(
         "--schema-only",
         action="store_true",

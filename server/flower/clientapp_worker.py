@@ -32,8 +32,10 @@ import select
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -208,7 +210,6 @@ def serve_forked(
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: serve, then leave without running the parent's cleanup
-        code = 1
         stock = False
 
         def choose(fab: fi.FabInfo) -> fi.ClientApp:
@@ -217,17 +218,12 @@ def serve_forked(
             stock = chosen is not app.app
             return chosen
 
-        try:
+        def serve_one() -> int:
             die_with_parent(parent)
-            code = (0 if fi.serve_task(address, task.token, choose) else APP_FAILED) | (
-                STOCK if stock else 0
-            )
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            served = fi.serve_task(address, task.token, choose)
+            return (0 if served else APP_FAILED) | (STOCK if stock else 0)
+
+        exit_child(serve_one)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
@@ -237,6 +233,23 @@ def serve_forked(
         print(f"task {task.task_id}: the serving process ended with {code}", file=sys.stderr)
     print(f"task {task.task_id} of run {task.run_id}: {seconds:.3f} s, exit {code}", flush=True)
     return code
+
+
+def exit_child(body: Callable[[], int]) -> NoReturn:
+    """End a forked child with the exit code of ``body``, never returning into the parent's code.
+
+    An exception in ``body`` is printed and exits 1; stdout and stderr are flushed, then
+    ``os._exit`` leaves without running the parent's cleanup (``atexit``, ``finally`` blocks).
+    """
+    code = 1
+    try:
+        code = body()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def die_with_parent(parent: int) -> None:

@@ -31,7 +31,7 @@ from types import FrameType
 from typing import Any
 
 from server.flower import flwr_internals as fi
-from server.flower.clientapp_worker import WarmApp, die_with_parent, serve
+from server.flower.clientapp_worker import WarmApp, die_with_parent, exit_child, serve
 from server.flower.environment import SUPERNODE_PORT
 from server.processes import HOST
 from simulator.errors import ConfigError
@@ -163,28 +163,23 @@ class Launcher:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             self.children[pid] = Child(role, node, pid)
             return
-        code = 1
-        try:
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            die_with_parent(parent)
-            self._redirect(role, node)
-            if len(self.nodes) > 1:  # one Flower home per node (installed FABs, state)
-                home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
-                os.environ["FLWR_HOME"] = str(home / f"node-{node.name}")
-            main()
-            code = 0
-        except SystemExit as done:  # flwr's own exit (flwr_exit)
-            code = done.code if isinstance(done.code, int) else 1
-        except BaseException:
-            import traceback
 
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        def child() -> int:
+            try:
+                for sig in STOP_SIGNALS:
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                die_with_parent(parent)
+                self._redirect(role, node)
+                if len(self.nodes) > 1:  # one Flower home per node (installed FABs, state)
+                    home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
+                    os.environ["FLWR_HOME"] = str(home / f"node-{node.name}")
+                main()
+            except SystemExit as done:  # flwr's own exit (flwr_exit)
+                return done.code if isinstance(done.code, int) else 1
+            return 0
+
+        exit_child(child)
 
     def _redirect(self, role: str, node: NodeConfig) -> None:
         if self.log_dir is None:

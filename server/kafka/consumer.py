@@ -95,6 +95,26 @@ class ConsumerConfig:
     min_removal_batch: int = 1
 
 
+@dataclass(frozen=True)
+class _Session:
+    """What one :meth:`DeletionConsumer.run` holds open while it loops.
+
+    Attributes
+    ----------
+    consumer : the Kafka consumer of the requests topic.
+    parts : its assigned partitions, by number.
+    store : the checkpoint store of the state folder.
+    ledger : the answered request ids.
+    publisher : sends each batch's outbox.
+    """
+
+    consumer: KafkaConsumer
+    parts: list[TopicPartition]
+    store: CheckpointStore
+    ledger: Ledger
+    publisher: Publisher
+
+
 class DeletionConsumer:
     """Consumes deletion requests into ``fed`` (see the module docstring)."""
 
@@ -166,7 +186,7 @@ class DeletionConsumer:
                         **self._totals(),
                     }
                 )
-                self._loop(consumer, parts, store, ledger, publisher)
+                self._loop(_Session(consumer, parts, store, ledger, publisher))
             finally:
                 consumer.close(autocommit=False)
                 publisher.close()
@@ -285,14 +305,9 @@ class DeletionConsumer:
         self._emit(record)
 
     # ------------------------------------------------------------------- loop
-    def _loop(
-        self,
-        consumer: KafkaConsumer,
-        parts: list[TopicPartition],
-        store: CheckpointStore,
-        ledger: Ledger,
-        publisher: Publisher,
-    ) -> None:
+    def _loop(self, session: _Session) -> None:
+        """Read, handle and back off until stopped or idle for ``idle_timeout``."""
+        consumer, parts, store = session.consumer, session.parts, session.store
         idle, idle_since = self.config.idle_timeout, time.monotonic()
         while not self._stop:
             try:
@@ -315,7 +330,7 @@ class DeletionConsumer:
                 continue
             self._heartbeat()
             if records:
-                self._handle(records, consumer, parts, store, ledger, publisher)
+                self._handle(records, session)
                 idle_since = time.monotonic()
             elif idle is not None and time.monotonic() - idle_since >= idle:
                 return
@@ -328,15 +343,9 @@ class DeletionConsumer:
                 return True
         return False
 
-    def _handle(
-        self,
-        records: list[Incoming],
-        consumer: KafkaConsumer,
-        parts: list[TopicPartition],
-        store: CheckpointStore,
-        ledger: Ledger,
-        publisher: Publisher,
-    ) -> None:
+    def _handle(self, records: list[Incoming], session: _Session) -> None:
+        """One micro-batch: decode, gate, apply, persist, commit, publish, report."""
+        consumer, parts = session.consumer, session.parts
         cfg, state = self.config, self.state
         t0 = time.perf_counter()
         sources = [src for src, _ in state.pending]  # held requests go first
@@ -366,7 +375,7 @@ class DeletionConsumer:
             self.fed,
             state.run,
             requests,
-            ledger=ledger,
+            ledger=session.ledger,
             denied=denied,
             min_rows=cfg.min_removal_batch,
         )
@@ -387,11 +396,11 @@ class DeletionConsumer:
         self.gate.prune()
         for counters in (state.counters, self.session):
             count_batch(counters, len(records), result, len(dead))
-        checkpoint = store.save(state)
+        checkpoint = session.store.save(state)
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
         t_committed = time.perf_counter()
-        state.published_until = publisher.publish(
+        state.published_until = session.publisher.publish(
             state.outbox, state.batch, start=state.published_until, verify=False
         )
         t_end = time.perf_counter()

@@ -16,7 +16,6 @@ clients are SuperNodes (:mod:`server.server_app`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
 from simulator.runner.federation import Federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.recorder import RunRecorder
+from simulator.runner.run import RunOptions
 from simulator.runner.run_folder import tracked
 
 SUMMARY_KEYS = (
@@ -57,40 +57,45 @@ def consume(
     fed: Federation,
     config: ConsumerConfig,
     out: Path,
-    console: Console,
-    on_event: Sequence[EventHook] = (),
+    options: RunOptions | None = None,
     *,
     ready: Path | None = None,
-    plots: bool = True,
 ) -> dict[str, Any]:
     """Consume ``config``'s requests topic into ``fed``; write the run folder ``out``.
 
-    Returns the end event (``kafka``: the consumer's summary). ``ready``: the ready file
-    (default ``STATE_DIR/ready``). ``out/run.json`` records the session (left to the command
-    when it already tracks the folder: :func:`simulator.runner.run_folder.tracked`).
+    Parameters
+    ----------
+    fed : the built federation the requests delete from.
+    config : the consumer's topics, state folder, batching and gate.
+    out : the run folder.
+    options : console, plots and event callbacks (:class:`~simulator.runner.run.RunOptions`;
+        a consumer shows no progress bar).
+    ready : the ready file (default ``STATE_DIR/ready``).
+
+    Returns
+    -------
+    dict
+        The end event (``kafka``: the consumer's summary). ``out/run.json`` records the session
+        (left to the command when it already tracks the folder:
+        :func:`simulator.runner.run_folder.tracked`).
     """
     state = str(config.state_dir.resolve())
     with tracked(out, scenario=fed.scenario.name, kafka_state_dir=state):
-        return _consume(fed, config, out, console, on_event, ready=ready, plots=plots)
+        return _consume(fed, config, out, options or RunOptions(), ready=ready)
 
 
 def _consume(
-    fed: Federation,
-    config: ConsumerConfig,
-    out: Path,
-    console: Console,
-    on_event: Sequence[EventHook],
-    *,
-    ready: Path | None,
-    plots: bool,
+    fed: Federation, config: ConsumerConfig, out: Path, options: RunOptions, *, ready: Path | None
 ) -> dict[str, Any]:
     """:func:`consume`'s body inside its ``run.json``."""
     from server.kafka.checkpoint import CheckpointStore
     from simulator.reporting.console import print_summary, verdict_lines
 
+    console = options.shown_on
     health = Health(ready_file=ready or config.state_dir / "ready")
     resume = CheckpointStore.exists(config.state_dir)
-    recorder = RunRecorder(out, on_event=[*on_event, health], resume=resume, plots=plots)
+    hooks: list[EventHook] = [*options.on_event, health]
+    recorder = RunRecorder(out, on_event=hooks, resume=resume, plots=options.plots)
     consumer = DeletionConsumer(
         fed, replace(config, events_path=None), on_event=[_announce(console, config)],
         recorder=recorder,
@@ -118,6 +123,8 @@ def _consume(
 
 
 def _announce(console: Console, config: ConsumerConfig) -> EventHook:
+    """The hook that prints where the consumer reads when it starts."""
+
     def hook(event: dict[str, Any], fed: Federation) -> None:
         if event["event"] == "consumer_start":
             how = "resumed from checkpoint" if event["resumed"] else "fresh state"
@@ -131,8 +138,10 @@ def _announce(console: Console, config: ConsumerConfig) -> EventHook:
 
 
 def kafka_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The consumer's section of the summary: its counters over every session, then this
-    session's own."""
+    """The consumer's section of the summary.
+
+    Its counters over every session, then this session's own.
+    """
     rows = []
     for key in SUMMARY_KEYS:
         value = summary.get(key)

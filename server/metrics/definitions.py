@@ -64,6 +64,11 @@ def _g(name: str, help: str, *labels: str) -> MetricDef:
     return MetricDef(name, "gauge", help, labels)
 
 
+def _gauges(labels: tuple[str, ...], **helps: str) -> tuple[MetricDef, ...]:
+    """Gauges that share their labels, ``name=help`` each (in order)."""
+    return tuple(_g(name, help, *labels) for name, help in helps.items())
+
+
 def _h(name: str, help: str, *labels: str, buckets: tuple[float, ...] = FAST_BUCKETS) -> MetricDef:
     return MetricDef(name, "histogram", help, labels, buckets)
 
@@ -137,11 +142,14 @@ METRICS: tuple[MetricDef, ...] = (
     _g("mia_samples", "Samples the MIA estimates used.", "set"),
     _g("forget_loss", "Mean one-vs-rest logistic loss of the head on the forget set.", "model"),
     # ---- drift
-    _g("feature_mmd2", "Unbiased MMD^2 (RBF, frozen median bandwidth).", "comparison"),
-    _g("feature_mmd2_p_value", "Permutation p-value of the MMD^2.", "comparison"),
-    _g("label_tv_distance", "Total variation between label distributions.", "comparison"),
-    _g("label_js_divergence_bits", "Jensen-Shannon divergence of labels, bits.", "comparison"),
-    _g("label_chi2_p_value", "Chi-square homogeneity p-value of label counts.", "comparison"),
+    *_gauges(
+        ("comparison",),
+        feature_mmd2="Unbiased MMD^2 (RBF, frozen median bandwidth).",
+        feature_mmd2_p_value="Permutation p-value of the MMD^2.",
+        label_tv_distance="Total variation between label distributions.",
+        label_js_divergence_bits="Jensen-Shannon divergence of labels, bits.",
+        label_chi2_p_value="Chi-square homogeneity p-value of label counts.",
+    ),
     _g(
         "prediction_tv_distance",
         "Total variation between the head's predicted test labels and the initial head's.",
@@ -166,14 +174,15 @@ METRICS: tuple[MetricDef, ...] = (
         "Charge since the last (re)training under the accounting in use (monotone until a "
         "retrain).",
     ),
-    _g("cr_residual_budget", "Residual budget sigma * epsilon / c."),
-    _g("cr_budget_used_ratio", "Charge since the last retrain / budget."),
-    _g(
-        "cr_epsilon_spent",
-        "Epsilon spent since the last retrain, c * charge / sigma (holds with cr_delta).",
+    *_gauges(
+        (),
+        cr_residual_budget="Residual budget sigma * epsilon / c.",
+        cr_budget_used_ratio="Charge since the last retrain / budget.",
+        cr_epsilon_spent="Epsilon spent since the last retrain, c * charge / sigma (holds with "
+        "cr_delta).",
+        cr_epsilon_target="Target epsilon of the certificate.",
+        cr_delta="Delta of the certificate (one delta for the whole stacked head).",
     ),
-    _g("cr_epsilon_target", "Target epsilon of the certificate."),
-    _g("cr_delta", "Delta of the certificate (one delta for the whole stacked head)."),
     _g(
         "cr_accounting_info",
         "1 for the accounting mode in use (guo, worst or exact).",
@@ -185,9 +194,12 @@ METRICS: tuple[MetricDef, ...] = (
         "(weights fitted cold on the retained rows), at the last checkpoint.",
     ),
     # ---- decorrelation weights (per client, after its last fit)
-    _g("decorrelation_effective_sample_ratio", "n_eff / n of a client's weights.", "client"),
-    _g("decorrelation_weight_max", "Largest decorrelation weight of a client.", "client"),
-    _g("decorrelation_weight_min", "Smallest decorrelation weight of a client.", "client"),
+    *_gauges(
+        ("client",),
+        decorrelation_effective_sample_ratio="n_eff / n of a client's weights.",
+        decorrelation_weight_max="Largest decorrelation weight of a client.",
+        decorrelation_weight_min="Smallest decorrelation weight of a client.",
+    ),
     _g(
         "decorrelation_class_mass_ratio",
         "A class's share of a client's weight mass.",

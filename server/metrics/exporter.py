@@ -67,22 +67,23 @@ def _f(value: Any) -> float:
     return float(value)
 
 
-def client_label(client: int | str) -> str:
-    """Bounded label of a client index."""
+def bounded_label(index: int | str, cap: int) -> str:
+    """Label of an index in ``[0, cap)``; anything else (or not an integer) is ``other``."""
     try:
-        c = int(client)
+        c = int(index)
     except (TypeError, ValueError):
         return "other"
-    return str(c) if 0 <= c < MAX_CLIENT_LABELS else "other"
+    return str(c) if 0 <= c < cap else "other"
+
+
+def client_label(client: int | str) -> str:
+    """Bounded label of a client index."""
+    return bounded_label(client, MAX_CLIENT_LABELS)
 
 
 def class_label(cls: int | str) -> str:
     """Bounded label of a class index (classes above the cap share ``other``)."""
-    try:
-        c = int(cls)
-    except (TypeError, ValueError):
-        return "other"
-    return str(c) if 0 <= c < MAX_CLASS_LABELS else "other"
+    return bounded_label(cls, MAX_CLASS_LABELS)
 
 
 class MetricsExporter:

@@ -19,7 +19,7 @@ from simulator.data.dataset import Dataset
 from simulator.data.shift import apply_shift, class_prior_shift, label_swap_test
 from simulator.errors import ConfigError
 from simulator.scenario import Scenario
-from simulator.seeds import child_seed
+from simulator.seeds import child_rng
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -47,6 +47,7 @@ class EvaluationSets:
     )
 
     def active_shifts(self, tick: int) -> tuple[int, ...]:
+        """Indices of the scenario's shifts that have started by ``tick``."""
         return tuple(i for i, s in enumerate(self.scenario.shifts) if tick >= s.start)
 
     def features(self, split: str, tick: int) -> tuple[FloatArray, IntArray]:
@@ -66,7 +67,7 @@ class EvaluationSets:
 
     def _shift(self, i: int, x: NDArray[Any], y: IntArray) -> tuple[NDArray[Any], IntArray]:
         spec = self.scenario.shifts[i]
-        rng = np.random.default_rng([child_seed(self.scenario.seed, "shift"), i])
+        rng = child_rng(self.scenario.seed, "shift", index=i)
         if spec.kind == "class_prior":
             assert spec.prior is not None
             idx = class_prior_shift(y, np.asarray(spec.prior), rng)
@@ -137,7 +138,7 @@ def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[st
     :func:`simulator.data.natural.digits_as_mnist` restricted to the scenario's classes and
     relabelled to class indices; ``remaining`` holds the rows of the labels outside
     ``data.classes`` with their *original* labels (no accuracy is defined on them). Each split
-    draws from its own generator (``child_seed(seed, "shift_split")``, split index), and is
+    draws from its own generator (``child_rng(seed, "shift_split", index=i)``), and is
     capped at ``max_rows`` rows by a seeded sample.
     """
     from simulator.data.natural import digits_as_mnist
@@ -145,7 +146,7 @@ def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[st
     out: dict[str, EvalSet] = {}
     originals = original_labels(list(dataset.class_names))
     for i, spec in enumerate(scenario.evaluation.shift_splits):
-        rng = np.random.default_rng([child_seed(scenario.seed, "shift_split"), i])
+        rng = child_rng(scenario.seed, "shift_split", index=i)
         where = f"evaluation.shift_splits.{i}.kind"
         x: NDArray[Any]
         if spec.kind in ("gaussian_noise", "rotation"):

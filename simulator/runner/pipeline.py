@@ -140,12 +140,10 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
         try:
             report = streaming_method(fed.scenario.method).remove(fed.head, ids)
         except ClientUnavailableError as err:
-            failures, unconfirmed = _recover(fed, err, candidates, wanted, held)
+            selection = _Selection(candidates, wanted, held)
+            failures, unconfirmed = _recover(fed, err, selection)
             rejected.update((rid, why) for rid, why in unconfirmed.items() if rid not in rejected)
-            kept = [
-                r for r in candidates if r.request_id not in rejected and r.request_id not in held
-            ]
-            removed = [i for r in kept for i in wanted[r.request_id]]
+            removed = selection.removed_unless(rejected)
     removal = _Removal(report, removed, now or datetime.now(UTC))
     receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
     run.forgotten.extend(removed)
@@ -208,12 +206,34 @@ def _needs_excluded(fed: Federation, req: DeletionRequest) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """The requests a batch tried to remove: the validated ones, their ids, the held ones.
+
+    Attributes
+    ----------
+    candidates : the fresh requests that need no failed client, in order.
+    wanted : request id -> the sample ids it asks to delete.
+    held : ids of the requests held for a later batch (not removed now).
+    """
+
+    candidates: Sequence[DeletionRequest]
+    wanted: Mapping[str, list[int]]
+    held: set[str]
+
+    @property
+    def pending(self) -> list[DeletionRequest]:
+        """The candidates not held: those whose rows the removal covered."""
+        return [r for r in self.candidates if r.request_id not in self.held]
+
+    def removed_unless(self, rejected: Mapping[str, str]) -> list[int]:
+        """The ids of the pending requests that are not ``rejected``, in request order."""
+        kept = [r for r in self.pending if r.request_id not in rejected]
+        return [i for r in kept for i in self.wanted[r.request_id]]
+
+
 def _recover(
-    fed: Federation,
-    err: ClientUnavailableError,
-    candidates: Sequence[DeletionRequest],
-    wanted: Mapping[str, list[int]],
-    held: set[str],
+    fed: Federation, err: ClientUnavailableError, selection: _Selection
 ) -> tuple[dict[int, str], dict[str, str]]:
     """Retrain without the clients that failed a deletion.
 
@@ -221,6 +241,29 @@ def _recover(
     rows were not all confirmed deleted, why it is rejected.
     """
     retained = {cid: {int(i) for i in c.retained_ids} for cid, c in fed.clients.items()}
+    failures = _retrain_without_failed(fed, err)
+    unconfirmed: dict[str, str] = {}
+    for req in selection.pending:
+        ids = selection.wanted[req.request_id]
+        gone = [i for i in ids if i not in retained.get(fed.head_data.owner_of(i), set())]
+        if len(gone) < len(ids):
+            owners = sorted({fed.head_data.owner_of(i) for i in ids} & set(failures))
+            unconfirmed[req.request_id] = (
+                "not confirmed: "
+                + "; ".join(f"client {c} failed ({failures[c]})" for c in owners or failures)
+                + "; the head was retrained without the failed clients' rows"
+            )
+    return failures, unconfirmed
+
+
+def _retrain_without_failed(fed: Federation, err: ClientUnavailableError) -> dict[int, str]:
+    """Exclude the failed clients and retrain, again while more fail; every failure.
+
+    Raises
+    ------
+    ClientUnavailableError
+        No client is left, or a retrain failed without naming a client still in the federation.
+    """
     failures = dict(err.clients)
     pending = dict(err.clients)
     while pending:
@@ -236,20 +279,7 @@ def _recover(
             failures.update(pending)
             if not pending:
                 raise
-    unconfirmed: dict[str, str] = {}
-    for req in candidates:
-        if req.request_id in held:
-            continue
-        ids = wanted[req.request_id]
-        gone = [i for i in ids if i not in retained.get(fed.head_data.owner_of(i), set())]
-        if len(gone) < len(ids):
-            owners = sorted({fed.head_data.owner_of(i) for i in ids} & set(failures))
-            unconfirmed[req.request_id] = (
-                "not confirmed: "
-                + "; ".join(f"client {c} failed ({failures[c]})" for c in owners or failures)
-                + "; the head was retrained without the failed clients' rows"
-            )
-    return failures, unconfirmed
+    return failures
 
 
 @dataclass(frozen=True)

@@ -142,8 +142,11 @@ class RunRecorder:
 
 
 def clear_outputs(folder: Path) -> None:
-    """Delete the output files (:data:`~.outputs.OUTPUT_FILES`) an earlier run left in
-    ``folder``; other files (a Flower server log written before the recorder) are kept."""
+    """Delete the output files an earlier run left in ``folder``.
+
+    Only :data:`~simulator.reporting.run_report.OUTPUT_FILES`; other files (a Flower server log
+    written before the recorder) are kept.
+    """
     for name in OUTPUT_FILES:
         (folder / name).unlink(missing_ok=True)
 

@@ -10,8 +10,9 @@ interrupted (:mod:`.interrupt`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,35 +29,85 @@ from simulator.reporting.console import RemainingColumn, print_summary, progress
 from simulator.runner.federation import Federation, build_federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
-from simulator.runner.recorder import RunRecorder
+from simulator.runner.recorder import EventCallback, RunRecorder
 from simulator.runner.result import RunResult
 from simulator.runner.run_folder import new_run_folder, tracked
 from simulator.runner.run_state import RunState
 from simulator.runner.transport import ClientTransport
 from simulator.scenario import Scenario
+from simulator.stream import DeletionRequest
 from simulator.stream import batches as stream_batches
+
+#: The progress bar's columns: stream position, batch info, time, the batch's current step.
+PROGRESS_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TextColumn("{task.fields[info]}"),
+    TimeElapsedColumn(),
+    RemainingColumn(),
+    TextColumn("[cyan]{task.fields[step]}"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a run is shown and who hears of it, beside what the scenario says.
+
+    The same for the scenario stream (:func:`run_scenario`) and a Kafka session
+    (:func:`server.kafka.session.consume`, which has no progress bar).
+
+    Attributes
+    ----------
+    console : where the progress and the summary are printed (None: a new console).
+    progress : show the progress bar of the stream.
+    plots : write the PNG plots at the end.
+    on_event : callbacks given every event record (start, each deletion batch, end) with the
+        federation, e.g. a metrics exporter.
+    """
+
+    console: Console | None = None
+    progress: bool = True
+    plots: bool = True
+    on_event: Sequence[EventCallback] = ()
+
+    @property
+    def shown_on(self) -> Console:
+        """The console to print on (a new one when none is given)."""
+        return self.console or Console()
 
 
 def run_scenario(
     scenario: Scenario,
+    options: RunOptions | None = None,
     *,
     output_dir: str | Path | None = None,
-    console: Console | None = None,
-    progress: bool = True,
-    plots: bool = True,
-    on_event: Sequence[Callable[[dict[str, Any], Federation], None]] = (),
     transport: ClientTransport | None = None,
 ) -> RunResult:
     """Train the federation, consume the stream, write outputs; see :mod:`.recorder`.
 
-    Every event record (start, each deletion batch, end) is also passed to each ``on_event``
-    callback with the federation, e.g. a metrics exporter. ``transport`` reaches the clients
-    (default in-process; see :mod:`.transport`).
+    Parameters
+    ----------
+    scenario : the scenario to run.
+    options : display, plots and event callbacks (default :class:`RunOptions`).
+    output_dir : the run folder (default: a new one under the scenario's ``output_dir``).
+    transport : how the clients are reached (default in-process; see :mod:`.transport`).
+
+    Returns
+    -------
+    RunResult
+        The folder, the end event and the summary rows.
     """
-    console = console or Console()
+    options = options or RunOptions()
+    console = options.shown_on
     folder = Path(output_dir) if output_dir is not None else new_run_folder(scenario.output_dir)
     with tracked(folder, scenario=scenario.name):
-        end, rows, recorder = _play(scenario, folder, console, progress, plots, on_event, transport)
+        fed = _train(scenario, console, transport)
+        recorder = RunRecorder(folder, on_event=options.on_event, plots=options.plots)
+        try:  # the recorder only once the federation is built: no empty logs on failure
+            end, rows = _play(fed, recorder, console, progress=options.progress)
+        finally:
+            recorder.close()
     title = f"{scenario.name}: summary"
     if end.get("interrupted"):
         title += (
@@ -66,16 +117,8 @@ def run_scenario(
     return RunResult(folder, end, rows)
 
 
-def _play(
-    scenario: Scenario,
-    folder: Path,
-    console: Console,
-    progress: bool,
-    plots: bool,
-    on_event: Sequence[Callable[[dict[str, Any], Federation], None]],
-    transport: ClientTransport | None,
-) -> tuple[dict[str, Any], list[tuple[str, str]], RunRecorder]:
-    """Build, stream, finish (:func:`run_scenario`'s body inside its ``run.json``)."""
+def _train(scenario: Scenario, console: Console, transport: ClientTransport | None) -> Federation:
+    """Build the federation, FedAvg's progress on the console's status line."""
     with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor") as st:
         rounds = scenario.model.rounds
 
@@ -85,44 +128,40 @@ def _play(
                 f"done (loss {loss:.4f}); then the head"
             )
 
-        fed = build_federation(scenario, transport=transport, extractor_progress=on_round)
-    recorder = RunRecorder(folder, on_event=on_event, plots=plots)  # no empty logs on failure
-    try:
-        recorder.start(fed)
-        run = RunState()
-        batches = stream_batches(fed.requests, scenario.stream.max_batch_requests)
-        tick = timedelta(seconds=scenario.stream.tick_seconds)
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            RemainingColumn(),
-            TextColumn("[cyan]{task.fields[step]}"),
-        )
+        return build_federation(scenario, transport=transport, extractor_progress=on_round)
+
+
+def _play(
+    fed: Federation, recorder: RunRecorder, console: Console, *, progress: bool
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Stream every batch through the pipeline (until a signal), then finish the recorder."""
+    recorder.start(fed)
+    run = RunState()
+    batches = stream_batches(fed.requests, fed.scenario.stream.max_batch_requests)
+    with (
+        Progress(*PROGRESS_COLUMNS, console=console, disable=not progress, transient=False) as bar,
+        graceful_stop() as stop,
+    ):
+        task = bar.add_task("deletion stream", total=len(batches), info="", step="")
+        run.on_step = lambda name: bar.update(task, step=name)
         done = 0
-        with (
-            Progress(*columns, console=console, disable=not progress, transient=False) as bar,
-            graceful_stop() as stop,
-        ):
-            task = bar.add_task("deletion stream", total=len(batches), info="", step="")
-            run.on_step = lambda name: bar.update(task, step=name)
-            for batch in batches:
-                outcome = apply_batch(fed, run, batch, now=batch[0].requested_at + tick)
-                recorder.batch(outcome, fed)
-                done += 1
-                bar.update(task, advance=1, info=progress_info(outcome.event))
-                if stop.requested:
-                    break
-            interrupted = None
-            if stop.requested and done < len(batches):
-                interrupted = {"batch": done, "of": len(batches), "signal": stop.signal_name}
-                console.print(
-                    f"[bold yellow]{stop.signal_name}[/]: stopped after batch {done} of "
-                    f"{len(batches)}; writing the outputs"
-                )
-            end, rows = recorder.finish(fed, run, interrupted=interrupted)
-    finally:
-        recorder.close()
-    return end, rows, recorder
+        for batch in batches:
+            outcome = apply_batch(fed, run, batch, now=_decided_at(fed, batch))
+            recorder.batch(outcome, fed)
+            done += 1
+            bar.update(task, advance=1, info=progress_info(outcome.event))
+            if stop.requested:
+                break
+        interrupted = None
+        if stop.requested and done < len(batches):
+            interrupted = {"batch": done, "of": len(batches), "signal": stop.signal_name}
+            console.print(
+                f"[bold yellow]{stop.signal_name}[/]: stopped after batch {done} of "
+                f"{len(batches)}; writing the outputs"
+            )
+        return recorder.finish(fed, run, interrupted=interrupted)
+
+
+def _decided_at(fed: Federation, batch: Sequence[DeletionRequest]) -> datetime:
+    """A batch's decision time on the stream clock: its first request plus one tick."""
+    return batch[0].requested_at + timedelta(seconds=fed.scenario.stream.tick_seconds)
