@@ -56,32 +56,20 @@ class FlowerTransport:
     """
 
     def __init__(self, fleet: Fleet, scenario: Scenario, *, name: str) -> None:
-        self._fleet = fleet
+        #: the SuperNodes this transport talks to
+        self.fleet = fleet
         ev = scenario.evaluation
         #: the retrained reference reads every client's row weights: have them sent along
         #: with ``train.setup`` and every deletion instead of a ``query.weights`` round trip
         self.wants_weights = bool(ev.retrain_reference and ev.checkpoints)
         self._yaml = scenario_to_yaml(scenario)
-        self._name = name
-        self._fanout = FlowerFanout(self)
+        #: the transport's name (as scenarios spell it)
+        self.name = name
+        #: the fan-out sending one question to many clients
+        self.fanout = FlowerFanout(self)
         self._channels: dict[int, FlowerClientChannel] = {}
         self._clients = list(range(scenario.partition.num_clients))
         self._exact_round = needs_exact_residual(head_config(scenario))
-
-    @property
-    def name(self) -> str:
-        """The transport's name (as scenarios spell it)."""
-        return self._name
-
-    @property
-    def fanout(self) -> FlowerFanout:
-        """The fan-out sending one question to many clients."""
-        return self._fanout
-
-    @property
-    def fleet(self) -> Fleet:
-        """The SuperNodes this transport talks to."""
-        return self._fleet
 
     def channel(self, client_id: int) -> FlowerClientChannel:
         """The channel of client ``client_id``."""
@@ -91,9 +79,9 @@ class FlowerTransport:
         self, requests: Mapping[int, Request], *, repeatable: bool, train: bool = False
     ) -> Exchange:
         """One exchange with the head timeout (or the training timeout)."""
-        s = self._fleet.settings
+        s = self.fleet.settings
         timeout = s.train_timeout if train else s.timeout
-        return self._fleet.exchange(requests, timeout=timeout, repeatable=repeatable)
+        return self.fleet.exchange(requests, timeout=timeout, repeatable=repeatable)
 
     # ------------------------------------------------------------ FedAvg
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
@@ -149,7 +137,7 @@ class FlowerTransport:
             if rec.RESULT in arrays:
                 stats = decode_statistics(arrays[rec.RESULT])
                 W0 = np.zeros((featurizer.rff.output_dim, stats.gradient.shape[1]))
-                self._fanout.seed(c, W0, stats)
+                self.fanout.seed(c, W0, stats)
         return dict(self._channels)
 
     def refresh_weights(self) -> None:
@@ -190,10 +178,10 @@ class FlowerTransport:
     def summary(self) -> dict[str, Any]:
         """Where the time went, per message type (``transport.json``)."""
         return {
-            "transport": self._name,
+            "transport": self.name,
             # every deletion batch: one round trip to the owners, plus one to every client
             # when the exact residual is needed
             "exact_residual_round": self._exact_round,
-            "nodes": {str(c): n for c, n in sorted(self._fleet.nodes.items())},
-            "messages": {k: v.as_dict() for k, v in sorted(self._fleet.stats.items())},
+            "nodes": {str(c): n for c, n in sorted(self.fleet.nodes.items())},
+            "messages": {k: v.as_dict() for k, v in sorted(self.fleet.stats.items())},
         }

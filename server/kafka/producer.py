@@ -32,15 +32,11 @@ def scenario_requests(scenario: Scenario) -> list[DeletionRequest]:
 
 @dataclass(frozen=True)
 class ReplayReport:
-    """How many records were sent, over how long."""
+    """How many records were sent, over how long, and the rate (records/s; infinite in no time)."""
 
     sent: int
     seconds: float
-
-    @property
-    def rate(self) -> float:
-        """Records sent per second (infinite when no time elapsed)."""
-        return self.sent / self.seconds if self.seconds > 0 else float("inf")
+    rate: float
 
 
 def replay(
@@ -75,7 +71,8 @@ def replay(
         seconds = time.perf_counter() - start
     finally:
         producer.close()
-    return ReplayReport(len(values), seconds)
+    rate = len(values) / seconds if seconds > 0 else float("inf")
+    return ReplayReport(len(values), seconds, rate)
 
 
 def send_times(
