@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
@@ -86,7 +86,6 @@ class _FromData(Generic[T]):
 STATE_VERSION = 1
 
 
-@dataclass(eq=False, repr=False)
 class Federation:
     """A built federation: its fixed :class:`FederationData` and the state deletions change.
 
@@ -97,14 +96,22 @@ class Federation:
     The data's fields read as the federation's own (``fed.scenario`` is ``fed.data.scenario``).
     """
 
-    data: FederationData
-    clients: dict[int, RunnerClient]
-    head_data: FederatedHeadData
-    head: CertifiedHead
-    _: KW_ONLY
-    transport: ClientTransport | None = None
-    #: clients that failed and left the federation, with the reason
-    excluded: dict[int, str] = field(default_factory=dict)
+    def __init__(
+        self,
+        data: FederationData,
+        clients: dict[int, RunnerClient],
+        head_data: FederatedHeadData,
+        head: CertifiedHead,
+        *,
+        transport: ClientTransport | None = None,
+    ) -> None:
+        self.data = data
+        self.clients = clients
+        self.head_data = head_data
+        self.head = head
+        self.transport = transport
+        #: clients that failed and left the federation, with the reason
+        self.excluded: dict[int, str] = {}
 
     scenario = _FromData[Scenario]()
     dataset = _FromData[Dataset]()
