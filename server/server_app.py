@@ -31,7 +31,7 @@ from server.flower.settings import ConsumerSettings, FleetSettings, RunSettings
 from server.flower.transport import FlowerTransport
 from server.metrics.cli import env_metrics_session
 from simulator.errors import ConfigError
-from simulator.runner import RunOptions, RunResult, run_scenario
+from simulator.runner import ReportingConfig, RunResult, run_scenario
 from simulator.runner.run_folder import new_run_folder
 from simulator.scenario import Scenario, load_scenario
 
@@ -75,9 +75,9 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
     flower = FlowerTransport(fleet, scenario, name=transport)
     try:
         if stream is not None and stream.enabled:
-            options = RunOptions(console=console, on_event=on_event)  # plots: as before, on
+            options = ReportingConfig(console=console, on_event=on_event)  # plots: as before, on
             return consume_on_grid(flower, scenario, stream, folder, options, run_id)
-        options = RunOptions(console=console, progress=False, plots=plots, on_event=on_event)
+        options = ReportingConfig(console=console, progress=False, plots=plots, on_event=on_event)
         return run_scenario(scenario, options, output_dir=folder, transport=flower)
     except Exception:
         log(f"the run failed:\n{traceback.format_exc()}")
@@ -91,7 +91,7 @@ def consume_on_grid(
     scenario: Scenario,
     stream: ConsumerSettings,
     folder: Path,
-    options: RunOptions,
+    options: ReportingConfig,
     run_id: int = 0,
 ) -> RunResult:
     """Train over ``flower``, then consume the Kafka requests topic (the usual run folder).

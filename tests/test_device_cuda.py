@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -22,7 +22,7 @@ SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
 def run(device: str, folder: Path, *extra: str) -> dict[str, float]:
     overrides = [f"device={device}", "evaluation.attacks=[]", *extra]
     scenario = load_scenario(SCENARIO, overrides=overrides)
-    result = run_scenario(scenario, RunOptions(progress=False, plots=False), output_dir=folder)
+    result = run_scenario(scenario, ReportingConfig(progress=False, plots=False), output_dir=folder)
     return {**result.final, **result.final["metrics"]}
 
 

@@ -21,7 +21,7 @@ from support.scenarios import SCENARIOS, SMALL
 
 from server.cli import main
 from server.metrics import METRICS, MetricsExporter
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).parent.parent
@@ -84,7 +84,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
         scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
         result = run_scenario(
             scenario,
-            RunOptions(
+            ReportingConfig(
                 console=Console(quiet=True), progress=False, plots=False, on_event=[exporter]
             ),
             output_dir=folder,

@@ -20,7 +20,7 @@ from support.flower_loopback import LoopbackGrid
 from server.flower.settings import FleetSettings
 from server.server_app import run_on_grid
 from simulator.errors import ClientUnavailableError
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "federation_tiny.yaml"
@@ -36,7 +36,7 @@ def quiet() -> Console:
 def inprocess(folder: Path, overrides: list[str]) -> Path:
     scenario = load_scenario(SCENARIO, overrides=overrides)
     run_scenario(
-        scenario, RunOptions(console=quiet(), progress=False, plots=False), output_dir=folder
+        scenario, ReportingConfig(console=quiet(), progress=False, plots=False), output_dir=folder
     )
     return folder
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).parent.parent
@@ -52,7 +52,7 @@ def sets(overrides: list[str]) -> list[str]:
 
 def inprocess(folder: Path, overrides: list[str]) -> Path:
     scenario = load_scenario(SCENARIO, overrides=overrides)
-    run_scenario(scenario, RunOptions(progress=False, plots=False), output_dir=folder)
+    run_scenario(scenario, ReportingConfig(progress=False, plots=False), output_dir=folder)
     return folder
 
 

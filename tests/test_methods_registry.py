@@ -16,7 +16,7 @@ from simulator.errors import ConfigError
 from simulator.head import HeadConfig
 from simulator.methods import Method, method, methods, streaming_methods
 from simulator.models import BackboneConfig
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import ScenarioError
 from simulator.unlearners import ModelConfig, TrainingSet, create_unlearner, unlearner_class
 
@@ -46,7 +46,7 @@ def test_run_runs_every_streaming_method_and_names_compare_for_the_others(
             scenario(TEN_CLIENTS, f"method={m.name}")
         return
     sc = scenario(TEN_CLIENTS, f"method={m.name}")
-    options = RunOptions(console=Console(quiet=True), progress=False, plots=False)
+    options = ReportingConfig(console=Console(quiet=True), progress=False, plots=False)
     result = run_scenario(sc, options, output_dir=tmp_path)
     end = result.final
     assert end["method"] == m.name

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 ATTACKS = {"loss", "confidence", "entropy", "modified_entropy", "lira"}
@@ -22,7 +22,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     folder = tmp_path_factory.mktemp("metrics_run")
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
     run_scenario(
-        scenario, RunOptions(console=Console(quiet=True), progress=False), output_dir=folder
+        scenario, ReportingConfig(console=Console(quiet=True), progress=False), output_dir=folder
     )
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     return folder, events
@@ -124,7 +124,7 @@ def test_metrics_can_be_turned_off(tmp_path: Path) -> None:
     )
     run_scenario(
         scenario,
-        RunOptions(console=Console(quiet=True), progress=False, plots=False),
+        ReportingConfig(console=Console(quiet=True), progress=False, plots=False),
         output_dir=tmp_path,
     )
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]

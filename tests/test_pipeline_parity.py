@@ -26,7 +26,7 @@ from server.kafka.settings import ConsumerSettings
 from server.kafka.topics import Topics
 from server.metrics.exporter import MetricsExporter as Exporter
 from simulator.compare.workload import expand_requests
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.runner.federation import build_federation, split_clients
 from simulator.stream import batches
 
@@ -60,7 +60,9 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
     sc = scenario(PARITY)
     ours, theirs = Exporter(), Exporter()
     run_scenario(
-        sc, RunOptions(progress=False, plots=False, on_event=[ours]), output_dir=tmp_path / "run"
+        sc,
+        ReportingConfig(progress=False, plots=False, on_event=[ours]),
+        output_dir=tmp_path / "run",
     )
     fed = build_federation(as_kafka_source(sc))
     with LocalBroker(free_port(), log_path=tmp_path / "broker.log") as broker:
@@ -72,7 +74,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
             fed,
             config,
             tmp_path / "kafka",
-            RunOptions(console=Console(quiet=True), plots=False, on_event=[theirs]),
+            ReportingConfig(console=Console(quiet=True), plots=False, on_event=[theirs]),
         )
     a, b = tmp_path / "run", tmp_path / "kafka"
     for name in FILES:  # one output contract

@@ -27,7 +27,7 @@ from support.prometheus import GRAFANA_VARIABLES, api, dashboards, documented, p
 from support.scenarios import SCENARIOS, SMALL
 
 from server.metrics import MetricsExporter
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).parent.parent
@@ -95,7 +95,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
         result = run_scenario(
             scenario,
-            RunOptions(
+            ReportingConfig(
                 console=Console(quiet=True), progress=False, plots=False, on_event=[exporter]
             ),
             output_dir=tmp / "run",

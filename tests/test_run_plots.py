@@ -12,7 +12,7 @@ from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
 from simulator.reporting.run_report import plot_run
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 
@@ -21,7 +21,7 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("plots")
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
     run_scenario(
-        scenario, RunOptions(console=Console(quiet=True), progress=False), output_dir=folder
+        scenario, ReportingConfig(console=Console(quiet=True), progress=False), output_dir=folder
     )
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     batches = [e for e in events if e["event"] == "deletion_batch"]

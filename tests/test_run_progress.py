@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
-from simulator.runner import RunOptions, build_federation, run_scenario
+from simulator.runner import ReportingConfig, build_federation, run_scenario
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.run_state import RunState
 from simulator.scenario import load_scenario
@@ -38,7 +38,7 @@ def test_the_progress_bar_shows_time_remaining(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=200, color_system=None)
     run_scenario(
-        scenario, RunOptions(console=console, progress=True, plots=False), output_dir=tmp_path
+        scenario, ReportingConfig(console=console, progress=True, plots=False), output_dir=tmp_path
     )
     text = out.getvalue()
     assert "deletion stream" in text and "eta " in text

@@ -9,14 +9,14 @@ import pytest
 from support.scenarios import SCENARIOS, SMALL, quiet
 
 from server.cli import main
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 from simulator.stream import DeletionReceipt
 
 
 def run_small(tmp: Path, *extra: str):
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=[*SMALL, *extra])
-    return run_scenario(scenario, RunOptions(console=quiet(), progress=False), output_dir=tmp)
+    return run_scenario(scenario, ReportingConfig(console=quiet(), progress=False), output_dir=tmp)
 
 
 def strip_timings(line: str) -> dict:
@@ -187,7 +187,9 @@ def test_every_shipped_scenario_runs(tmp_path: Path, name: str) -> None:
     scenario = load_scenario(SCENARIOS / name, overrides=SHORT[name])
     try:
         result = run_scenario(
-            scenario, RunOptions(console=quiet(), progress=False, plots=False), output_dir=tmp_path
+            scenario,
+            ReportingConfig(console=quiet(), progress=False, plots=False),
+            output_dir=tmp_path,
         )
     except DataUnavailableError as exc:
         pytest.skip(f"optional data source not installed: {exc}")

@@ -15,7 +15,7 @@ from server.cli import main
 from simulator.errors import InputError
 from simulator.reporting.flat import flatten
 from simulator.reporting.runs_compare import load_run, plot_compare, resolve_run
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.runner.run_folder import new_run_folder
 from simulator.scenario import load_scenario
 
@@ -30,7 +30,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             overrides=[*SMALL, f"method={method}", f"output_dir={parent / method}"],
         )
         result = run_scenario(
-            scenario, RunOptions(console=Console(quiet=True), progress=False, plots=False)
+            scenario, ReportingConfig(console=Console(quiet=True), progress=False, plots=False)
         )
         folders.append(result.output_dir)
     return folders

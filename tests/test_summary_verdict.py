@@ -9,7 +9,7 @@ from support.scenarios import SCENARIOS, SMALL
 
 from simulator.reporting.run_report import read_summary, read_verdict
 from simulator.reporting.verdict import certificate_verdict, phase_table
-from simulator.runner import RunOptions, run_scenario
+from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
 
 END = {
@@ -81,7 +81,7 @@ def test_a_real_run_puts_the_verdict_first(tmp_path: Path) -> None:
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
     console = Console(record=True, width=120)
     run_scenario(
-        scenario, RunOptions(console=console, progress=False, plots=False), output_dir=tmp_path
+        scenario, ReportingConfig(console=console, progress=False, plots=False), output_dir=tmp_path
     )
     text = (tmp_path / "summary.md").read_text()
     lines = text.splitlines()

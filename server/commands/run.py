@@ -147,9 +147,9 @@ def _run(args: argparse.Namespace, scenario: Any, console: Console) -> int:
             from server.kafka.launch import run_kafka
 
             return run_kafka(args, scenario, console, callbacks)
-        from simulator.runner import RunOptions, run_scenario
+        from simulator.runner import ReportingConfig, run_scenario
 
-        options = RunOptions(
+        options = ReportingConfig(
             console=console,
             progress=not args.no_progress,
             plots=not args.no_plots,

@@ -131,7 +131,7 @@ def run_kafka(
     summarised at the end. Exit code 0, or 130 when a signal stopped it.
     """
     from server.kafka.restart import federation_for
-    from simulator.runner import RunOptions
+    from simulator.runner import ReportingConfig
 
     out = Path(args.output or scenario.output_dir)
     stream = stream_from_args(args)
@@ -142,7 +142,7 @@ def run_kafka(
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
         if reloaded:
             console.print(f"federation reloaded from {config.state_dir} (no retraining)")
-        options = RunOptions(console=console, plots=not args.no_plots, on_event=on_event)
+        options = ReportingConfig(console=console, plots=not args.no_plots, on_event=on_event)
         end = consume(fed, config, out, options, ready=ready_file(stream, out))
     from simulator.runner.interrupt import EXIT_INTERRUPTED
 

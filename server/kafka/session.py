@@ -27,7 +27,7 @@ from server.kafka.consumer import ConsumerConfig, DeletionConsumer, EventHook
 from simulator.runner.federation import Federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.recorder import RunRecorder
-from simulator.runner.run import RunOptions
+from simulator.runner.run import ReportingConfig
 from simulator.runner.run_folder import tracked
 
 SUMMARY_KEYS = (
@@ -57,7 +57,7 @@ def consume(
     fed: Federation,
     config: ConsumerConfig,
     out: Path,
-    options: RunOptions | None = None,
+    options: ReportingConfig | None = None,
     *,
     ready: Path | None = None,
 ) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def consume(
     fed : the built federation the requests delete from.
     config : the consumer's topics, state folder, batching and gate.
     out : the run folder.
-    options : console, plots and event callbacks (:class:`~simulator.runner.run.RunOptions`;
+    options : console, plots and event callbacks (:class:`~simulator.runner.run.ReportingConfig`;
         a consumer shows no progress bar).
     ready : the ready file (default ``STATE_DIR/ready``).
 
@@ -81,11 +81,16 @@ def consume(
     """
     state = str(config.state_dir.resolve())
     with tracked(out, scenario=fed.scenario.name, kafka_state_dir=state):
-        return _consume(fed, config, out, options or RunOptions(), ready=ready)
+        return _consume(fed, config, out, options or ReportingConfig(), ready=ready)
 
 
 def _consume(
-    fed: Federation, config: ConsumerConfig, out: Path, options: RunOptions, *, ready: Path | None
+    fed: Federation,
+    config: ConsumerConfig,
+    out: Path,
+    options: ReportingConfig,
+    *,
+    ready: Path | None,
 ) -> dict[str, Any]:
     """:func:`consume`'s body inside its ``run.json``."""
     from server.kafka.checkpoint import CheckpointStore

@@ -58,8 +58,8 @@ from simulator.head.logistic import (
 )
 from simulator.head.solver import HessianSolver, SolveResult
 from simulator.head.training import (
-    RetrainSettings,
     TrainResult,
+    WarmRetrainConfig,
     WarmStart,
     retrain_head,
     statistics_in,
@@ -251,7 +251,7 @@ class CertifiedHead:
                 self._b,
                 lam=cfg.lam,
                 start=WarmStart(self._W, lambda g: solver.solve(g).step),
-                settings=RetrainSettings(tol=cfg.tol),
+                settings=WarmRetrainConfig(tol=cfg.tol),
                 backend=self._bk,
             )
             gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates

@@ -176,7 +176,7 @@ def _cholesky_preconditioner(
 
 
 @dataclass(frozen=True)
-class RetrainSettings:
+class WarmRetrainConfig:
     """Stopping rule and tuning of :func:`retrain_head`.
 
     Attributes
@@ -203,7 +203,7 @@ class RetrainSettings:
 
 
 #: The settings a retrain uses unless told otherwise.
-DEFAULT_RETRAIN = RetrainSettings()
+DEFAULT_RETRAIN = WarmRetrainConfig()
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def retrain_head(
     *,
     lam: float,
     start: WarmStart,
-    settings: RetrainSettings = DEFAULT_RETRAIN,
+    settings: WarmRetrainConfig = DEFAULT_RETRAIN,
     backend: Backend = NUMPY,
 ) -> TrainResult:
     """The minimiser of ``L_b`` on the retained rows, warm-started (module docstring).

@@ -13,13 +13,13 @@ from simulator.runner.result import RunResult
 
 if TYPE_CHECKING:
     from simulator.runner.federation import Federation, build_federation
-    from simulator.runner.run import RunOptions, run_scenario
+    from simulator.runner.run import ReportingConfig, run_scenario
 
-__all__ = ["Federation", "RunOptions", "RunResult", "build_federation", "run_scenario"]
+__all__ = ["Federation", "ReportingConfig", "RunResult", "build_federation", "run_scenario"]
 
 _LAZY = {
     "run_scenario": "simulator.runner.run",
-    "RunOptions": "simulator.runner.run",
+    "ReportingConfig": "simulator.runner.run",
     "Federation": "simulator.runner.federation",
     "build_federation": "simulator.runner.federation",
 }

@@ -51,7 +51,7 @@ PROGRESS_COLUMNS = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunOptions:
+class ReportingConfig:
     """How a run is shown and who hears of it, beside what the scenario says.
 
     The same for the scenario stream (:func:`run_scenario`) and a Kafka session
@@ -79,7 +79,7 @@ class RunOptions:
 
 def run_scenario(
     scenario: Scenario,
-    options: RunOptions | None = None,
+    options: ReportingConfig | None = None,
     *,
     output_dir: str | Path | None = None,
     transport: ClientTransport | None = None,
@@ -89,7 +89,7 @@ def run_scenario(
     Parameters
     ----------
     scenario : the scenario to run.
-    options : display, plots and event callbacks (default :class:`RunOptions`).
+    options : display, plots and event callbacks (default :class:`ReportingConfig`).
     output_dir : the run folder (default: a new one under the scenario's ``output_dir``).
     transport : how the clients are reached (default in-process; see :mod:`.transport`).
 
@@ -98,7 +98,7 @@ def run_scenario(
     RunResult
         The folder, the end event and the summary rows.
     """
-    options = options or RunOptions()
+    options = options or ReportingConfig()
     console = options.shown_on
     folder = Path(output_dir) if output_dir is not None else new_run_folder(scenario.output_dir)
     with tracked(folder, scenario=scenario.name):
