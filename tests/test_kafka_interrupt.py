@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from support.kafka import BATCH, broker
-from support.scenarios import QUICKSTART, ROOT, TEN_CLIENTS, scenario
+from support.scenarios import QUICKSTART, TEN_CLIENTS, scenario
+from support.subprocesses import started_until_batches
 
 from server.kafka.broker import LocalBroker
 from server.kafka.producer import replay_requests, scenario_requests
@@ -31,15 +30,7 @@ def test_sigint_marks_a_kafka_run_interrupted(broker: LocalBroker, tmp_path: Pat
         "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "120",
         "--no-plots",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    events = out / "events.jsonl"
-    deadline = time.monotonic() + 240
-    while not (events.exists() and events.read_text().count('"deletion_batch"') >= 1):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the consumer applied no batch in time"
-        time.sleep(0.05)
+    proc = started_until_batches(command, out / "events.jsonl", 1)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]

@@ -5,30 +5,26 @@ certified methods remove the same way under both."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from rich.console import Console
 from support.scenarios import TEN_CLIENTS, scenario
+from support.unlearners import SETTINGS
 
 from simulator.errors import ConfigError
+from simulator.features import DecorrelationConfig
 from simulator.head import HeadConfig
 from simulator.methods import Method, method, methods, streaming_methods
-from simulator.models import BackboneConfig
 from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import ScenarioError
-from simulator.unlearners import ModelConfig, TrainingSet, create_unlearner, unlearner_class
+from simulator.unlearners import TrainingSet, create_unlearner, unlearner_class
 
-TINY = ModelConfig(
-    backbone=BackboneConfig("mlp", feature_dim=6, hidden=(12,)),
-    epochs=2,
-    batch_size=16,
-    lr=1e-2,
-    rff_dim=24,
-    head=HeadConfig(lam=0.1),  # one 2-row removal charges ~0.5% of the budget
-    device="cpu",
-)
+#: The contract's fast settings with a stronger regulariser (one 2-row removal charges ~0.5% of
+#: the budget) and the default decorrelation.
+TINY = replace(SETTINGS, head=HeadConfig(lam=0.1), decorrelation=DecorrelationConfig())
 
 
 def tiny_data(n: int = 200) -> TrainingSet:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.scenarios import SCENARIOS, SMALL
+from support.subprocesses import started_until_batches
 
 from server.cli import main
 from simulator.runner.run_folder import (
@@ -124,15 +125,7 @@ def _interrupt(
                "--output", str(out), "--no-progress"]  # fmt: skip
     for o in [*longer, "stream.phases.2.ticks=400", "evaluation.every=1"]:
         command += ["--set", o]
-    proc = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    events = out / "events.jsonl"
-    deadline = time.monotonic() + 240
-    while not (events.exists() and events.read_text().count('"deletion_batch"') >= 2):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no deletion batch in time"
-        time.sleep(0.05)
+    proc = started_until_batches(command, out / "events.jsonl", 2)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=240)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr), out

@@ -13,13 +13,12 @@ import importlib.util
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from support.scenarios import ROOT
 
 from simulator.data.images import FASHION_MNIST_DIR
 
-ROOT = Path(__file__).parent.parent
 INSTALL = ROOT / "scripts" / "install-system-packages"
 #: module -> the test skip condition it lifts
 PYTHON_NEEDS = {

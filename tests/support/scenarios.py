@@ -12,9 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "scenarios"
 QUICKSTART = SCENARIOS / "quickstart.yaml"
 
-#: Shrinks the quickstart to a few seconds while keeping every stage.
-SMALL = [
-    "data.synthetic.n_train=600",
+#: The quickstart's stages, each shrunk to a few seconds (shared by SMALL and TEN_CLIENTS).
+_SHRUNK = [
     "data.synthetic.n_test=300",
     "model.rounds=1",
     "rff.dim=64",
@@ -23,27 +22,21 @@ SMALL = [
     "stream.phases.1.ticks=3",
     "stream.phases.2.ticks=3",
     "stream.withdrawals.0.at=8",
-    "evaluation.checkpoints=[20]",
     "shifts.0.start=4",
+    "evaluation.checkpoints=[20]",
 ]
+
+#: Shrinks the quickstart to a few seconds while keeping every stage.
+SMALL = ["data.synthetic.n_train=600", *_SHRUNK]
 
 #: A few seconds to build; ~100 requests of 2 samples over 9 ticks, 10 clients.
 TEN_CLIENTS = [
     "partition.num_clients=10",
     "data.synthetic.n_train=800",
-    "data.synthetic.n_test=300",
-    "model.rounds=1",
-    "rff.dim=64",
-    "decorrelation.steps=10",
-    "stream.phases.0.ticks=3",
-    "stream.phases.1.ticks=3",
-    "stream.phases.2.ticks=3",
     "stream.phases.0.rate=10",
     "stream.phases.1.rate=10",
     "stream.phases.2.rate=6",
-    "stream.withdrawals.0.at=8",
-    "shifts.0.start=4",
-    "evaluation.checkpoints=[20]",
+    *_SHRUNK,
 ]
 
 #: Thousands of single-sample requests on the quickstart data with 10 clients.
