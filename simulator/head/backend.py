@@ -170,6 +170,10 @@ class NumpyBackend:
         """``X^T diag(C[:, k]) X`` for every column of ``C >= 0`` (:func:`weighted_grams_numpy`)."""
         return weighted_grams_numpy(np.ascontiguousarray(X), np.ascontiguousarray(C))
 
+    def transposed_product(self, X: Array, C: Array) -> Array:
+        """``X^T C`` for tall ``X`` (n, d) and ``C`` (n, c): the gradient's pass over the rows."""
+        return X.T @ C
+
     def all(self, x: Array) -> bool:
         """Whether every entry is non-zero."""
         return bool(np.all(x))
@@ -311,6 +315,19 @@ class TorchBackend:
                 Xs = Xb * Sb[:, c, None]
                 out[c] += Xs.T @ Xs
         return out
+
+    def transposed_product(self, X: Array, C: Array) -> Array:
+        """``X^T C`` for tall ``X`` (n, d) and ``C`` (n, c): the gradient's pass over the rows.
+
+        On the CPU through numpy on the same memory: torch's float64 ``X.T @ C`` with a
+        C-ordered ``X`` took 525 ms at n = 60,000, d = 1,024, c = 10 (one thread) against
+        numpy's 104 ms, which made the exact residual of a single removal 3x numpy's. On a GPU
+        the product as written.
+        """
+        if self._dev.type == "cpu":
+            Xn, Cn = X.detach().numpy(), C.detach().numpy()
+            return self._torch.from_numpy(np.ascontiguousarray(Xn.T @ Cn))
+        return X.T @ C
 
     def all(self, x: Array) -> bool:
         """Whether every entry is non-zero."""

@@ -263,7 +263,7 @@ class LocalHeadData(HeadShape):
         g = None
         if request.gram:
             Xa = bk.take_rows(self._Xb, self._active)
-            g = Xa.T @ Xa
+            g = bk.transposed_product(Xa, Xa)
         return ShardStatistics(stats.loss, stats.gradient, stats.hessian, g, self.retained_count)
 
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:

@@ -195,7 +195,7 @@ def shard_statistics(
     # l = log(1 + exp(-m)); dl/ds = -y sigmoid(-m)
     loss = a @ bk.softplus(-margins)
     coeff = -(Y * bk.sigmoid(-margins)) * a[:, None]
-    grad = X.T @ coeff
+    grad = bk.transposed_product(X, coeff)
     hess = None
     if request.hessian:
         at = request.hessian_at
@@ -205,10 +205,10 @@ def shard_statistics(
         if bk.any(a < 0):  # weight *changes* may be negative: general products
             hess = bk.zeros((k, d, d))
             for c in range(k):
-                hess[c] = X.T @ (X * curv[:, c, None])
+                hess[c] = bk.transposed_product(X, X * curv[:, c, None])
         else:  # one pass over the rows, symmetric rank-k updates (backend.weighted_grams)
             hess = bk.weighted_grams(X, curv)
-    g = X.T @ X if request.gram else None
+    g = bk.transposed_product(X, X) if request.gram else None
     return ShardStatistics(loss=loss, gradient=grad, hessian=hess, gram=g, count=n)
 
 
