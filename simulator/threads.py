@@ -13,8 +13,8 @@
   torch``): torch's CPU kernels do not go through threadpoolctl, so :func:`single_threaded_blas`
   also sets torch to one thread when torch is loaded, and :func:`all_blas_threads` gives back the
   count it had outside. Measured (1024 x 1024 float64, idle): ``cholesky_solve`` 2.2 ms with 2
-  threads, 0.83 ms with 1; under load the full-size single removal on torch was 6x slower than on
-  numpy before this limit.
+  threads, 0.83 ms with 1. The full-size single removal on torch took 1.02 s against numpy's
+  0.16 s under load before this limit; idle with it, 0.022 s on both (docs/benchmarks.md).
 * torch for a comparison: the networks are small, and on the shared 2-core machines torch's
   default of two intra-op threads made a tiny MLP's Hessian-vector product about 20x slower
   than one thread (measured: 89 ms vs 4.3 ms under load), skewing the removal-time comparison

@@ -91,6 +91,23 @@ def test_worst_case_covers_the_data_bound_in_a_tight_case(weight: float) -> None
     assert ratio > 0.3
 
 
+def test_worst_case_under_exact_accounting_covers_the_known_gradient() -> None:
+    """Under ``exact`` the Newton step also corrects the head's measured gradient (``carried``),
+    so the worst case's ``G`` must include its norm. A head trained to a loose tolerance keeps a
+    large gradient (norm ~116 here against a removal's ~1); the worst case must still cover the
+    data-dependent bound of the step that corrects it (without the term it is ~1e4x smaller)."""
+    n = 400
+    X = np.ones((n, 1))
+    y = np.r_[np.ones(316, np.int64), np.zeros(n - 316, np.int64)]
+    config = HeadConfig(lam=20.0, sigma=1e-3, epsilon=1e9, accounting="exact", tol=1.0)
+    head = CertifiedHead(LocalHeadData(X, y, 2), config, rng=np.random.default_rng(0))
+    assert stacked_norm(head.gradient_norms()) > 50.0
+    for i in np.flatnonzero(y == 0)[:5]:
+        r = head.remove([int(i)])
+        assert not r.retrained and r.residual_exact is not None
+        assert r.residual_worst >= r.residual_data >= r.residual_exact
+
+
 def test_solver_residual_is_charged() -> None:
     """With a loose solve tolerance the solver's own residual dominates the error: the bound
     must add it (a bound that forgot ``||g - H u||`` falls below the exact residual)."""
