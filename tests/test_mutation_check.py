@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 from support.scenarios import ROOT
@@ -36,7 +35,3 @@ def test_each_mutant_finds_its_original_text_once(mutant: object) -> None:
     text = (ROOT / mutant.path).read_text()  # type: ignore[attr-defined]
     assert text.count(mutant.old) == 1  # type: ignore[attr-defined]
     assert mutant.old != mutant.new  # type: ignore[attr-defined]
-
-
-def test_every_mutant_file_is_under_the_head() -> None:
-    assert {Path(m.path).parent.as_posix() for m in MUTANTS} == {"simulator/head"}
