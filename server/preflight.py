@@ -7,8 +7,12 @@ option:
 
 * ``--output`` (or the scenario's ``output_dir``) is, or can become, a folder;
 * ``--metrics-port`` can be bound on ``--metrics-addr``;
-* with ``--stream kafka``, every ``--bootstrap`` server accepts a TCP connection (within a
-  few seconds), instead of discovering a wrong address after training.
+* with ``--stream kafka``, a ``--bootstrap`` is given (or the scenario's ``bootstrap``), every
+  server in it accepts a TCP connection (within a few seconds), instead of discovering a wrong
+  address after training, and the signing key (``--signing-key-file``/``-env``) can be read.
+
+Nothing is written before these pass: a run refused here creates no run folder and leaves the
+``latest`` link alone.
 """
 
 from __future__ import annotations
@@ -121,6 +125,32 @@ def check_broker(bootstrap: str, wait: float = BROKER_WAIT_SECONDS) -> None:
                 time.sleep(0.25)
 
 
+def check_kafka(args: argparse.Namespace, scenario: Scenario) -> None:
+    """``--stream kafka``'s options: a reachable ``--bootstrap`` and a readable signing key.
+
+    The scenario's ``bootstrap`` stands in for a missing ``--bootstrap`` (``args.bootstrap``
+    is set to it, so the consumer uses what was checked).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--bootstrap`` or the signing option.
+    """
+    from server.kafka.signing import load_key
+
+    args.bootstrap = getattr(args, "bootstrap", None) or scenario.bootstrap
+    if not args.bootstrap:
+        raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
+    check_broker(args.bootstrap)
+    if getattr(args, "superlink", None):  # the key is read on the SuperLink's machine
+        return
+    key_file = getattr(args, "signing_key_file", None)
+    load_key(
+        env_var=getattr(args, "signing_key_env", None) or None,
+        path=Path(key_file) if key_file else None,
+    )
+
+
 def check_run(args: argparse.Namespace, scenario: Scenario, console: Console) -> PreflightReport:
     """Every pre-flight check of ``unlearnsim run``, before anything is built.
 
@@ -134,8 +164,6 @@ def check_run(args: argparse.Namespace, scenario: Scenario, console: Console) ->
     check_output(output or scenario.output_dir, "--output" if output else "output_dir")
     check_port(getattr(args, "metrics_port", None), getattr(args, "metrics_addr", "127.0.0.1"))
     if (getattr(args, "stream", None) or scenario.stream.source) == "kafka":
-        bootstrap = getattr(args, "bootstrap", None) or scenario.bootstrap
-        if bootstrap:
-            check_broker(bootstrap)
+        check_kafka(args, scenario)
     console.print(f"pre-flight: {report.summary()}", highlight=False, soft_wrap=True)
     return report

@@ -1,5 +1,5 @@
 """Run folders, ``run.json`` and clean interrupts (issue 15): every run its own folder, an
-explicit non-empty ``--output`` refused unless ``--overwrite``, the status of every ending, and
+explicit non-empty ``--output`` refused unless ``--overwrite`` (of a run folder), the status of every ending, and
 SIGINT/SIGTERM finishing the current batch with the outputs marked interrupted (exit 130)."""
 
 from __future__ import annotations
@@ -64,15 +64,15 @@ def test_each_run_gets_its_own_folder_and_latest(tmp_path: Path) -> None:
 def test_explicit_output_refused_unless_overwrite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out"  # an earlier run's folder (more cases: test_overwrite.py)
+    RunManifest(out).start()
     (out / "summary.md").write_text("stale")
-    (out / "old.png").write_text("stale")
+    (out / "accuracy.png").write_text("stale")
     assert main(cli_args("--output", str(out))) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert (out / "old.png").exists()  # refused: nothing touched
+    assert (out / "accuracy.png").exists()  # refused: nothing touched
     assert main(cli_args("--output", str(out), "--overwrite")) == 0
-    assert not (out / "old.png").exists()
+    assert not (out / "accuracy.png").exists()
     assert "stale" not in (out / "summary.md").read_text()
     assert read_manifest(out)["status"] == "completed"
     not_a_folder = tmp_path / "README.md"

@@ -4,8 +4,11 @@ Every source and transport gets its folder and ``run.json`` here
 (:mod:`simulator.runner.run_folder`): without ``--output`` a new
 ``<output_dir>/<timestamp>-<id>/`` (``latest`` points at it; a Kafka consumer whose
 ``latest`` folder holds its checkpoint resumes there); with ``--output DIR`` that folder if
-empty, cleared with ``--overwrite``, or kept when a Kafka consumer resumes its own checkpoint
-in it. SIGINT/SIGTERM end the run with the outputs marked interrupted and exit code 130, never
+empty, cleared with ``--overwrite`` when it is a run folder (its ``run.json`` written by
+unlearnsim, nothing in it but a run's files; never the working directory, a home directory, a
+filesystem root or the scenario's folder: :func:`~simulator.runner.run_folder.claim_folder`),
+or kept when a Kafka consumer resumes its own checkpoint in it. A run refused at pre-flight
+creates no folder and leaves ``latest`` alone. SIGINT/SIGTERM end the run with the outputs marked interrupted and exit code 130, never
 a traceback (:mod:`simulator.runner.interrupt`).
 """
 
@@ -56,7 +59,10 @@ def register(sub: Any) -> None:
         "<timestamp>-<id> folder under the scenario's output_dir, with a 'latest' link)",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="clear a non-empty --output folder first"
+        "--overwrite",
+        action="store_true",
+        help="clear an earlier run's --output folder first (only a folder holding a run.json "
+        "of unlearnsim and nothing but a run's files)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -104,9 +110,10 @@ def run_folder(args: argparse.Namespace, scenario: Any) -> tuple[Path, dict[str,
         return given_state or (folder / "kafka-state").resolve()
 
     if args.output:
-        folder = Path(args.output)
+        folder = Path(args.output).expanduser()
         resume = resumable and _owns_checkpoint(folder, state_of(folder))
-        claim_folder(folder, overwrite=args.overwrite, resume=resume)
+        keep = (args.scenario,) if getattr(args, "scenario", None) else ()
+        claim_folder(folder, overwrite=args.overwrite, resume=resume, keep=keep)
     else:
         latest = latest_folder(scenario.output_dir) if resumable else None
         if latest is not None and _owns_checkpoint(latest, state_of(latest)):

@@ -31,7 +31,7 @@ from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.recorder import EventCallback, RunRecorder
 from simulator.runner.result import RunResult
-from simulator.runner.run_folder import new_run_folder, tracked
+from simulator.runner.run_folder import check_recorder_target, new_run_folder, tracked
 from simulator.runner.run_state import RunState
 from simulator.runner.transport import ClientTransport
 from simulator.scenario import Scenario
@@ -90,7 +90,9 @@ def run_scenario(
     ----------
     scenario : the scenario to run.
     options : display, plots and event callbacks (default :class:`ReportingConfig`).
-    output_dir : the run folder (default: a new one under the scenario's ``output_dir``).
+    output_dir : the run folder (default: a new one under the scenario's ``output_dir``);
+        refused with a :class:`~simulator.errors.ConfigError` when it holds a file the run
+        would replace (``summary.md``, ...) but is not a run folder.
     transport : how the clients are reached (default in-process; see :mod:`.transport`).
 
     Returns
@@ -100,6 +102,8 @@ def run_scenario(
     """
     options = options or ReportingConfig()
     console = options.shown_on
+    if output_dir is not None:
+        check_recorder_target(output_dir)  # never replace a summary.md that no run wrote
     folder = Path(output_dir) if output_dir is not None else new_run_folder(scenario.output_dir)
     with tracked(folder, scenario=scenario.name):
         fed = _train(scenario, console, transport)

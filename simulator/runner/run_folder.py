@@ -6,8 +6,12 @@
 * :func:`claim_folder` — an explicit ``--output DIR`` is used as given, but only when it is
   empty (or absent), cleared first with ``overwrite``, or kept when the caller resumes (a Kafka
   consumer on its own checkpoint appends); anything else is refused with a
-  :class:`~simulator.errors.ConfigError`, so nothing stale ever sits beside new files;
-* :class:`RunManifest` — ``run.json``: ``id``, ``started_at``/``ended_at`` (UTC ISO 8601),
+  :class:`~simulator.errors.ConfigError`, so nothing stale ever sits beside new files.
+  ``overwrite`` clears only a run folder (:func:`run_outputs`, :mod:`simulator.owned_files`):
+  one whose ``run.json`` unlearnsim wrote and that holds nothing but a run's files, and never
+  the working directory, a home directory, a filesystem root or the scenario's folder;
+* :class:`RunManifest` — ``run.json``: ``format`` (:data:`RUN_FORMAT`, the mark of a run
+  folder), ``id``, ``started_at``/``ended_at`` (UTC ISO 8601),
   ``status`` (``running``, ``completed``, ``failed`` with ``error``, ``interrupted`` with
   ``interrupted``: batch k of N), the ``command`` line, package ``versions`` and the ``git``
   commit of the checkout (``git rev-parse`` with a timeout; never fails the run).
@@ -23,7 +27,6 @@ import os
 import platform
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,12 +38,39 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.owned_files import Outputs, check_overwrite, clear, clearable, refuse_protected
 
 MANIFEST = "run.json"
+#: ``run.json``'s ``format``: marks a folder as a run folder that unlearnsim wrote.
+RUN_FORMAT = "unlearnsim-run/1"
+MARKER = f"{MANIFEST} written by unlearnsim"
 LATEST = "latest"
 #: Distributions whose versions go into ``run.json`` (absent ones are recorded as null).
 PACKAGES = ("unlearnsim", "torch", "numpy", "scipy", "scikit-learn", "flwr", "pydantic")
 STATUSES = ("running", "completed", "failed", "interrupted")
+#: What else a run writes at the top of its folder, besides the recorder's
+#: :data:`~simulator.reporting.run_report.OUTPUT_FILES`: ``run.json`` and its temporary file,
+#: ``batches.csv``'s, the ServerApp's ``transport.json`` and log (:mod:`server.server_app`),
+#: and a Kafka consumer's state files when ``--state-dir`` is the run folder itself
+#: (:mod:`server.kafka.checkpoint`, :mod:`server.kafka.restart`, :mod:`server.health`).
+RUN_FILES = (
+    MANIFEST,
+    f".{MANIFEST}.*.tmp",
+    ".batches.csv.tmp",
+    "transport.json",
+    "flower-server.log",
+    "checkpoint.npz",
+    "checkpoint.npz.tmp",
+    "checkpoint.pkl",
+    "federation.pkl",
+    "federation.pkl.tmp",
+    "lock",
+    "ready",
+    "ready.tmp",
+)
+#: The sub-folders a run creates: the Kafka consumer's default state folder, a deployed Flower
+#: run's processes and app (:mod:`server.flower.deployment`), the simulation engine's home.
+RUN_FOLDERS = ("kafka-state", "flower", "flwr-home")
 
 
 def now_iso() -> str:
@@ -98,21 +128,87 @@ def latest_folder(parent: str | Path) -> Path | None:
     return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
 
 
-def claim_folder(folder: str | Path, *, overwrite: bool = False, resume: bool = False) -> Path:
+def is_run_manifest(data: dict[str, Any]) -> bool:
+    """``data`` (a parsed ``run.json``) was written by :class:`RunManifest`.
+
+    Its ``format`` is :data:`RUN_FORMAT`; or, written before that key existed, it has an
+    ``id``, a ``status`` and ``versions`` that name ``unlearnsim``.
+    """
+    if data.get("format") == RUN_FORMAT:
+        return True
+    versions = data.get("versions")
+    return (
+        isinstance(versions, dict)
+        and "unlearnsim" in versions
+        and isinstance(data.get("id"), str)
+        and data.get("status") in (*STATUSES, "crashed")
+    )
+
+
+def is_run_folder(folder: str | Path) -> bool:
+    """``folder`` holds a ``run.json`` that unlearnsim wrote."""
+    return is_run_manifest(read_manifest(folder))
+
+
+def run_outputs() -> Outputs:
+    """Everything a run writes into its folder, and how a run folder is recognised.
+
+    The one list of a run's files (:data:`RUN_FILES`, :data:`RUN_FOLDERS` and the recorder's
+    ``OUTPUT_FILES``): ``--overwrite`` deletes these and nothing else.
+    """
+    from simulator.reporting.run_report import OUTPUT_FILES
+
+    return Outputs(
+        kind="run folder",
+        marker=MARKER,
+        proof=is_run_folder,
+        files=(*RUN_FILES, *OUTPUT_FILES),
+        folders=RUN_FOLDERS,
+    )
+
+
+def check_recorder_target(folder: str | Path, option: str = "output_dir") -> None:
+    """Refuse a folder where a run's recorder would replace files that no run wrote.
+
+    The recorder deletes and rewrites its ``OUTPUT_FILES`` (``summary.md``, ``metrics.json``,
+    ...) in its folder; a folder that already holds one of them must be a run folder.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option`` and the file in the way.
+    """
+    from simulator.reporting.run_report import OUTPUT_FILES
+
+    recorder = Outputs(kind="run folder", marker=MARKER, proof=is_run_folder, files=OUTPUT_FILES)
+    check_overwrite(Path(folder), recorder, option)
+
+
+def claim_folder(
+    folder: str | Path,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    keep: tuple[str | Path, ...] = (),
+) -> Path:
     """Make an explicit output folder ready for a run (module docstring).
 
     Parameters
     ----------
     folder : the explicit ``--output``.
-    overwrite : clear a non-empty folder first.
+    overwrite : clear a non-empty run folder first (only a run's files, :func:`run_outputs`).
     resume : keep a non-empty folder (a Kafka consumer resuming its own checkpoint there).
+    keep : files whose folder is never cleared (the scenario file being run).
 
     Raises
     ------
     ConfigError
-        ``folder`` is a file, or a non-empty folder without ``overwrite`` or ``resume``.
+        ``folder`` is a file, or a non-empty folder without ``overwrite`` or ``resume``, or
+        ``overwrite`` would clear what is not a run folder's
+        (:func:`simulator.owned_files.clearable`) or a protected folder
+        (:func:`simulator.owned_files.refuse_protected`). Nothing is deleted then.
     """
-    path = Path(folder)
+    path = Path(folder).expanduser()  # as the pre-flight checked it
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a folder", "--output")
     if path.is_dir() and any(path.iterdir()) and not resume:
@@ -122,11 +218,8 @@ def claim_folder(folder: str | Path, *, overwrite: bool = False, resume: bool = 
                 "new run folder under the scenario's output_dir",
                 "--output",
             )
-        for child in path.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        refuse_protected(path, "--output", keep)
+        clear(clearable(path, run_outputs(), "--output"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -197,6 +290,7 @@ class RunManifest:
         named = re.fullmatch(r"\d{8}T\d{6}Z-([0-9a-f]{8})", self.folder.name)
         rid = earlier.get("id") or (named.group(1) if named else new_run_id())
         data: dict[str, Any] = {
+            "format": RUN_FORMAT,
             "id": rid,
             "started_at": now_iso(),
             "ended_at": None,
