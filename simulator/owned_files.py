@@ -152,4 +152,11 @@ def check_overwrite(folder: Path, outputs: Outputs, option: str) -> None:
         )
 
 
-__all__ = ["Outputs", "check_overwrite", "clear", "clearable", "protected_folders", "refuse_protected"]
+__all__ = [
+    "Outputs",
+    "check_overwrite",
+    "clear",
+    "clearable",
+    "protected_folders",
+    "refuse_protected",
+]

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from kafka import KafkaAdminClient
 from support.kafka import broker, read_topic
 from support.scenarios import QUICKSTART, TEN_CLIENTS, scenario
@@ -59,8 +60,14 @@ def test_produce_replays_the_scenario_stream(broker: LocalBroker) -> None:
     assert len(read_topic(broker.bootstrap, "paced")) == 30
 
 
-def test_kafka_run_needs_a_bootstrap_server() -> None:
+def test_kafka_run_needs_a_bootstrap_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the scenario's output_dir is relative: never the checkout's
     assert main(["run", str(QUICKSTART), "--stream", "kafka"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: --bootstrap: --stream kafka needs --bootstrap HOST:PORT"
+    assert list(tmp_path.iterdir()) == []  # refused at pre-flight: no run folder
 
 
 def test_produce_signs_with_a_key_from_a_file(broker: LocalBroker, tmp_path: Path) -> None:

@@ -236,7 +236,9 @@ def test_overwrite_refuses_a_folder_of_earlier_runs(
 
 
 @pytest.mark.parametrize(
-    "manifest", [None, {"id": "x", "status": "completed"}, "not json"], ids=["none", "foreign", "bad"]
+    "manifest",
+    [None, {"id": "x", "status": "completed"}, "not json"],
+    ids=["none", "foreign", "bad"],
 )
 def test_overwrite_refuses_a_folder_without_unlearnsims_run_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest: object
@@ -253,7 +255,7 @@ def test_overwrite_refuses_a_folder_without_unlearnsims_run_json(
 
 
 def test_the_python_api_never_replaces_a_summary_no_run_wrote(tmp_path: Path) -> None:
-    from support.scenarios import scenario, quiet
+    from support.scenarios import quiet, scenario
 
     from simulator.runner import ReportingConfig, run_scenario
 
@@ -261,7 +263,7 @@ def test_the_python_api_never_replaces_a_summary_no_run_wrote(tmp_path: Path) ->
     folder.mkdir()
     (folder / "summary.md").write_text("my own summary")
     options = ReportingConfig(console=quiet(), progress=False, plots=False)
-    with pytest.raises(ConfigError, match="already holds summary.md and is not a run folder"):
+    with pytest.raises(ConfigError, match=r"already holds summary\.md and is not a run folder"):
         run_scenario(scenario(SMALL), options, output_dir=folder)
     assert sorted(p.name for p in folder.iterdir()) == ["summary.md"]
     assert (folder / "summary.md").read_text() == "my own summary"

@@ -1,6 +1,7 @@
 """Run folders, ``run.json`` and clean interrupts (issue 15): every run its own folder, an
-explicit non-empty ``--output`` refused unless ``--overwrite`` (of a run folder), the status of every ending, and
-SIGINT/SIGTERM finishing the current batch with the outputs marked interrupted (exit 130)."""
+explicit non-empty ``--output`` refused unless ``--overwrite`` (of a run folder), the status of
+every ending, and SIGINT/SIGTERM finishing the current batch with the outputs marked
+interrupted (exit 130)."""
 
 from __future__ import annotations
 

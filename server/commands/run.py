@@ -8,8 +8,8 @@ empty, cleared with ``--overwrite`` when it is a run folder (its ``run.json`` wr
 unlearnsim, nothing in it but a run's files; never the working directory, a home directory, a
 filesystem root or the scenario's folder: :func:`~simulator.runner.run_folder.claim_folder`),
 or kept when a Kafka consumer resumes its own checkpoint in it. A run refused at pre-flight
-creates no folder and leaves ``latest`` alone. SIGINT/SIGTERM end the run with the outputs marked interrupted and exit code 130, never
-a traceback (:mod:`simulator.runner.interrupt`).
+creates no folder and leaves ``latest`` alone. SIGINT/SIGTERM end the run with the outputs
+marked interrupted and exit code 130, never a traceback (:mod:`simulator.runner.interrupt`).
 """
 
 from __future__ import annotations
