@@ -84,7 +84,8 @@ def run(
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     total = time.perf_counter() - started
-    (folder / "bench.log").write_text(done.stdout + done.stderr)
+    # beside the run folder, not in it: --overwrite clears only what a run wrote
+    folder.with_name(f"{folder.name}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{transport} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     out = summarise(transport, folder, total)

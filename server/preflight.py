@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import socket
 import time
@@ -125,6 +126,28 @@ def check_broker(bootstrap: str, wait: float = BROKER_WAIT_SECONDS) -> None:
                 time.sleep(0.25)
 
 
+def check_ready_file(path: str | None) -> None:
+    """``--ready-file`` is absent or a ready file a consumer wrote (it is replaced and deleted).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--ready-file``: it is a folder, or a file that is not a consumer's.
+    """
+    if not path or not Path(path).exists():
+        return
+    try:
+        info = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if not isinstance(info, dict) or not {"pid", "ready_at"} <= set(info):
+        raise ConfigError(
+            f"{path} exists and is not a consumer's ready file; the consumer writes and deletes "
+            "that file: give a path that does not exist",
+            "--ready-file",
+        )
+
+
 def check_kafka(args: argparse.Namespace, scenario: Scenario) -> None:
     """``--stream kafka``'s options: a reachable ``--bootstrap`` and a readable signing key.
 
@@ -142,6 +165,7 @@ def check_kafka(args: argparse.Namespace, scenario: Scenario) -> None:
     if not args.bootstrap:
         raise ConfigError("--stream kafka needs --bootstrap HOST:PORT", "--bootstrap")
     check_broker(args.bootstrap)
+    check_ready_file(getattr(args, "ready_file", None))
     if getattr(args, "superlink", None):  # the key is read on the SuperLink's machine
         return
     key_file = getattr(args, "signing_key_file", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -291,3 +292,29 @@ def test_comparison_scenarios_validate_and_reach_their_checkpoints(name: str) ->
 def test_unknown_method_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         run_comparison([build_workload(parse_scenario(TINY), 4)], ["nope"])
+
+
+def test_compare_never_writes_over_files_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: refused at the start (before any fitting), every file left as it was."""
+    from simulator.compare.report import retable
+    from simulator.errors import ConfigError
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    theirs = tmp_path / "paper"
+    theirs.mkdir()
+    (theirs / "table.md").write_text("my table\n")
+    (theirs / "fits.json").write_text('{"mine": true}\n')
+    started = time.perf_counter()
+    argv = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--output", str(theirs)]
+    assert main(argv) == 2
+    assert time.perf_counter() - started < 30  # refused before fitting
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --output: {theirs} already holds fits.json and is not a ")
+    assert (theirs / "table.md").read_text() == "my table\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["fits.json", "table.md"]
+    with pytest.raises(ConfigError, match="is not a comparison folder"):
+        retable(theirs)
+    assert (theirs / "table.md").read_text() == "my table\n"

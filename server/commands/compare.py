@@ -4,7 +4,8 @@
         --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist]
 
 Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
-count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots.
+count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots; refused at the
+start when ``--output`` holds files of those names that a comparison did not write.
 """
 
 from __future__ import annotations
@@ -204,6 +205,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("must be >= 1", "--seeds")
     seeds = [scenario.seed + i for i in range(args.seeds)]
     folder = Path(args.output) if args.output else Path("results") / scenario.name
+    from simulator.compare.report import check_comparison_output
+
+    check_comparison_output(folder)  # before hours of fitting, not after
     console.print(f"comparing {', '.join(methods)} on {scenario.name}, seeds {seeds}")
 
     command = command_line(args, folder)

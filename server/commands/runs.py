@@ -3,7 +3,9 @@
 Each DIR is a run folder or a scenario's ``output_dir`` (its ``latest`` run). Prints one table
 (status, certificate verdict, every summary row; one column per run) and writes
 ``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
-(:mod:`simulator.reporting.runs_compare`) into ``--output``.
+(:mod:`simulator.reporting.runs_compare`) into ``--output``: refused, before anything is
+written, when that is a run folder or holds files of those names that ``runs compare`` did not
+write.
 """
 
 from __future__ import annotations
@@ -33,8 +35,16 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Print the comparison and write its files; exit code 0."""
-    from simulator.reporting.runs_compare import compare_table, load_run, markdown, plot_compare
+    from simulator.reporting.runs_compare import (
+        check_compare_output,
+        compare_table,
+        load_run,
+        plot_compare,
+        write_compare,
+    )
 
+    out = Path(args.output)
+    check_compare_output(out)
     runs = [load_run(f) for f in args.folders]
     header, rows = compare_table(runs)
     table = Table(title=f"{len(runs)} runs")
@@ -43,9 +53,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(markdown(header, rows), encoding="utf-8")
+    write_compare(out, header, rows)
     if not args.no_plots:
         written = plot_compare(runs, out)
         console.print(f"plots: {', '.join(sorted(written))}", highlight=False)

@@ -80,6 +80,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from server.stack.compose import load_compose
     from server.stack.native import native_plan
 
+    supervisor.claim(folder)  # before anything is written into it
     compose = load_compose(Path(args.compose))
     plan = native_plan(compose, folder, scenario=args.scenario, overrides=args.overrides)
     _check_clients(plan, args)

@@ -35,6 +35,8 @@ from simulator.errors import ConfigError
 
 #: Folder of the stack that holds the named volumes (``FOLDER/volumes/NAME``).
 VOLUMES = "volumes"
+#: Prometheus's configuration, rendered into the stack folder.
+PROMETHEUS_CONFIG = "prometheus.yml"
 #: Services replaced by something bundled, or skipped, instead of running their image.
 KAFKA, PROMETHEUS, GRAFANA = "kafka", "prometheus", "grafana"
 
@@ -246,6 +248,6 @@ def _render_prometheus(source: Path, folder: Path, rewrite: Rewriter) -> Path:
         for static in job.get("static_configs", []):
             static["targets"] = [rewrite(PROMETHEUS, t) for t in static["targets"]]
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "prometheus.yml"
+    out = folder / PROMETHEUS_CONFIG
     out.write_text(yaml.safe_dump(config, sort_keys=False))
     return out

@@ -5,6 +5,11 @@ process group), logs to ``FOLDER/logs/NAME.log``, waits for a service with a rea
 before starting what depends on it, and writes ``FOLDER/stack.json`` (PIDs, argv, ports) after
 every start, so that ``down`` finds everything even if ``up`` failed half-way. ``down`` stops
 the recorded process trees, only where the PID still runs the recorded command line.
+
+``--dir`` may be any folder, so it is claimed first (:func:`claim`): ``up`` writes
+``FOLDER/unlearnsim-stack.json``, and refuses a folder that already holds ``logs/``,
+``volumes/``, ``flower-home/``, ... that no stack wrote; ``down --volumes`` deletes those
+sub-folders only where that marker is (:mod:`simulator.owned_files`).
 """
 
 from __future__ import annotations
@@ -19,14 +24,54 @@ from pathlib import Path
 from typing import Any
 
 from server.processes import alive, cmdline, stop_trees, wait_for_port, wait_for_url
-from server.stack.native import VOLUMES, NativePlan, Process
+from server.stack.native import PROMETHEUS_CONFIG, VOLUMES, NativePlan, Process
 from simulator.errors import UnlearnSimError
+from simulator.owned_files import Outputs, check_overwrite
 
 STATE_FILE = "stack.json"
+#: Written by ``up`` into its folder: the proof that the folder's sub-folders are the stack's.
+MARKER = "unlearnsim-stack.json"
+#: The sub-folders ``up`` fills (and ``down --volumes`` deletes).
+FOLDERS = (VOLUMES, "logs", "flower-home")
 
 
 class StackError(UnlearnSimError, RuntimeError):
     """A stack service failed to start, or the stack is already up."""
+
+
+def is_stack_folder(folder: Path) -> bool:
+    """``folder`` carries the marker that ``up`` writes."""
+    try:
+        data = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("written_by") == "unlearnsim stack up"
+
+
+def stack_outputs() -> Outputs:
+    """What the stack writes into its folder, and how that folder is recognised."""
+    return Outputs(
+        kind="stack folder",
+        marker=f"{MARKER} written by unlearnsim stack up",
+        proof=is_stack_folder,
+        files=(MARKER, STATE_FILE, "stack.tmp", PROMETHEUS_CONFIG),
+        folders=FOLDERS,
+    )
+
+
+def claim(folder: Path) -> None:
+    """Make ``folder`` the stack's: refuse one whose stack-named entries no stack wrote.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--dir`` and the entry in the way.
+    """
+    check_overwrite(folder, stack_outputs(), "--dir")
+    if not is_stack_folder(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = {"written_by": "unlearnsim stack up", "created_at": time.time()}
+        (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
 def state_path(folder: Path) -> Path:
@@ -46,6 +91,7 @@ def running(entry: dict[str, Any]) -> bool:
 
 def up(plan: NativePlan, folder: Path, *, startup_timeout: float = 60.0) -> dict[str, Any]:
     """Start ``plan``'s processes in order; returns the recorded state."""
+    claim(folder)
     state = read_state(folder)
     if state and any(running(e) for e in state["services"].values()):
         raise StackError(f"a stack is already up in {folder}: `unlearnsim stack down` first")
@@ -135,8 +181,22 @@ def down(folder: Path, grace: float = 20.0, *, volumes: bool = False) -> list[st
     """Stop every recorded process (and its descendants); returns the names stopped.
 
     Volumes (run outputs, Prometheus data) persist across ``up``/``down`` as compose's named
-    volumes do; ``volumes=True`` deletes them and the logs (``docker compose down -v``).
+    volumes do; ``volumes=True`` deletes them and the logs (``docker compose down -v``), only
+    in a folder that ``up`` marked as its own.
+
+    Raises
+    ------
+    StackError
+        ``volumes`` in a folder without the marker that holds such sub-folders (nothing is
+        stopped or deleted then).
     """
+    if volumes and not is_stack_folder(folder):
+        found = [name for name in FOLDERS if (folder / name).exists()]
+        if found:
+            raise StackError(
+                f"{folder} holds {', '.join(found)} but no {MARKER} written by unlearnsim "
+                "stack up: not deleting what no stack wrote (delete them yourself if they are)"
+            )
     state = read_state(folder)
     entries = {} if state is None else {n: e for n, e in state["services"].items() if running(e)}
     stop_trees([int(e["pid"]) for e in entries.values()], grace)

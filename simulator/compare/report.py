@@ -1,4 +1,9 @@
-"""Write a comparison's outputs: tables (Markdown, CSV), raw runs, fit records, PNG plots."""
+"""Write a comparison's outputs: tables (Markdown, CSV), raw runs, fit records, PNG plots.
+
+Only into a folder that holds none of these names or that a comparison wrote (its
+``fits.json``, :func:`comparison_outputs`): files of the same names that someone else wrote are
+never replaced.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from simulator.compare.harness import Comparison
-from simulator.compare.plots import plot_comparison
+from simulator.compare.plots import FIGURES, plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
 from simulator.compare.verdict import verdict_csv, verdicts
+from simulator.errors import ConfigError
+from simulator.owned_files import Outputs, check_overwrite
+
+#: The files a comparison writes (and ``retable`` rewrites), its plots aside.
+TABLES = ("table.md", "summary.csv", "runs.csv", "fits.json", "command.txt", "verdict.csv")
+#: The keys of the ``fits.json`` that :func:`write_comparison` writes.
+FITS_KEYS = frozenset({"scenario", "methods", "seeds", "fits"})
 
 
 def _finite(value: Any) -> Any:
@@ -20,6 +32,36 @@ def _finite(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     return value
+
+
+def wrote_comparison(folder: Path) -> bool:
+    """``folder`` holds a ``fits.json`` that :func:`write_comparison` wrote."""
+    try:
+        meta = json.loads((folder / "fits.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and set(meta) >= FITS_KEYS
+
+
+def comparison_outputs() -> Outputs:
+    """What ``unlearnsim compare`` writes into its ``--output``, and how it is recognised."""
+    return Outputs(
+        kind="comparison folder",
+        marker="fits.json written by unlearnsim compare",
+        proof=wrote_comparison,
+        files=(*TABLES, *(name for name, _ in FIGURES)),
+    )
+
+
+def check_comparison_output(folder: Path, option: str = "--output") -> None:
+    """``folder`` may take a comparison's files (:func:`simulator.owned_files.check_overwrite`).
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` holds a file of a comparison's names that no comparison wrote.
+    """
+    check_overwrite(folder, comparison_outputs(), option)
 
 
 def write_comparison(
@@ -31,6 +73,7 @@ def write_comparison(
     """
     import torch
 
+    check_comparison_output(folder)
     folder.mkdir(parents=True, exist_ok=True)
     summaries = summarize(comparison.measurements, comparison.methods)
     files = {
@@ -148,7 +191,18 @@ def retable(folder: Path) -> dict[str, Path]:
 
     The tables use the current statistics; ``runs.csv``, ``fits.json``, ``command.txt`` and the
     plots are left as they are.
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` is not a comparison folder (no ``fits.json`` written by a comparison).
     """
+    if not wrote_comparison(folder):
+        raise ConfigError(
+            f"{folder} is not a comparison folder (it holds no fits.json written by unlearnsim "
+            "compare); nothing was rewritten",
+            str(folder),
+        )
     comparison = load_comparison(folder)
     summaries = summarize(comparison.measurements, comparison.methods)
     rows = verdicts(comparison.measurements, comparison.methods)

@@ -6,7 +6,8 @@ lines up the runs' summaries (the certificate verdict, then every (metric, value
 order of their first appearance; a run without the row shows ``-``); :func:`plot_compare`
 overlays their curves over the batch index: test accuracy, budget used, and the membership
 inference AUC of each attack (one colour and marker style per run, so coinciding curves stay
-distinguishable).
+distinguishable). :func:`write_compare` writes them into ``--output``, which must not hold
+files of the same names that ``runs compare`` did not write (:func:`compare_outputs`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
+from simulator.errors import ConfigError, InputError
+from simulator.owned_files import Outputs, check_overwrite
 from simulator.reporting.flat import Scalar, read_batches
 from simulator.reporting.run_report import read_summary, read_verdict
-from simulator.runner.run_folder import latest_folder, read_manifest
+from simulator.runner.run_folder import is_run_folder, latest_folder, read_manifest
+
+#: The table ``runs compare`` writes, and its plots.
+COMPARE_FILE = "compare.md"
+PLOTS = ("accuracy.png", "budget.png", "mia.png")
+#: ``compare.md``'s last line: marks a folder that ``runs compare`` wrote.
+MARK = "<!-- written by unlearnsim runs compare -->"
 
 #: Line styles and markers cycled over the runs, so identical curves stay visible.
 STYLES = ("-", "--", "-.", ":")
@@ -123,6 +131,49 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def wrote_compare(folder: Path) -> bool:
+    """``folder`` holds a ``compare.md`` that ``runs compare`` wrote (its last line)."""
+    try:
+        lines = (folder / COMPARE_FILE).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(lines) and lines[-1] == MARK
+
+
+def compare_outputs() -> Outputs:
+    """What ``runs compare`` writes into its ``--output``, and how its folder is recognised."""
+    return Outputs(
+        kind="runs compare folder",
+        marker=f"{COMPARE_FILE} written by unlearnsim runs compare",
+        proof=wrote_compare,
+        files=(COMPARE_FILE, *PLOTS),
+    )
+
+
+def check_compare_output(out: Path) -> None:
+    """``out`` may take ``runs compare``'s files: never a run folder, never someone's files.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--output``.
+    """
+    if is_run_folder(out):
+        raise ConfigError(
+            f"{out} is a run folder; give another folder for the comparison", "--output"
+        )
+    check_overwrite(out, compare_outputs(), "--output")
+
+
+def write_compare(out: Path, header: list[str], rows: list[list[str]]) -> Path:
+    """Write ``compare.md`` (the table and :data:`MARK`) into ``out``; returns its path."""
+    check_compare_output(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / COMPARE_FILE
+    path.write_text(markdown(header, rows) + "\n" + MARK + "\n", encoding="utf-8")
+    return path
 
 
 def _points(batches: list[dict[str, Scalar]], key: str) -> tuple[list[float], list[float]]:
