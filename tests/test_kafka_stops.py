@@ -1,4 +1,4 @@
-"""A consumer stops when told to wherever it waits, and exits when a fetch can never heal (issue 28).
+"""A consumer stops wherever it waits, and exits when a fetch can never heal (issue 28).
 
 * Records compressed with a codec whose library is missing made kafka-python raise
   ``UnsupportedCodecError`` once and then never return from ``poll`` (a loop at full CPU); the
@@ -77,7 +77,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def reap(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, float] | None:
-    """Exit status and total CPU seconds of ``proc`` if it ends within ``timeout`` (else kill it)."""
+    """Exit status and CPU seconds of ``proc`` if it ends within ``timeout`` (else kill it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -176,9 +176,8 @@ def test_a_stop_leaves_a_wait_of_its_own_thread_only() -> None:
         stopper.start()
         stopper.join()  # another thread: the flag is set, this wait goes on
     assert waits.stopped.is_set()
-    with pytest.raises(ConsumerInterrupted):
-        with waits.abandonable():  # once stopped, a wait is not entered
-            pass
+    with pytest.raises(ConsumerInterrupted), waits.abandonable():  # once stopped: not entered
+        pass
     ran = []
     with waits.until_stopped():  # work already started is tried, and a stop ends it quietly
         ran.append(1)

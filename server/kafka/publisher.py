@@ -95,7 +95,7 @@ class Publisher:
             except (KafkaError, OSError) as exc:
                 self._close_producer()
                 if self.backoff.stopped:  # the outbox is in the checkpoint: the next start sends it
-                    log.warning("publishing batch %d failed (%s); stopped, not retrying", batch, exc)
+                    log.warning("publishing batch %d failed (%s); stopped", batch, exc)
                     raise ConsumerInterrupted(f"stopped while publishing batch {batch}") from exc
                 self.retries += 1
                 log.warning("publishing batch %d failed (%s); retrying", batch, exc)

@@ -52,7 +52,7 @@ class StopFlag:
             time.sleep(min(SLICE, left))
 
 
-class ConsumerInterrupted(BaseException):  # noqa: N818 (a signal, like KeyboardInterrupt)
+class ConsumerInterrupted(BaseException):
     """A stop arrived while the consumer waited where stopping loses nothing.
 
     A :class:`BaseException`, as ``KeyboardInterrupt`` is, so that no ``except Exception`` in

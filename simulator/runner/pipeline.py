@@ -193,8 +193,11 @@ def _fresh(
 
 
 def _unservable(fed: Federation, req: DeletionRequest) -> str | None:
-    """Why ``req`` is rejected before its rows are looked at (a field the scenario cannot
-    place, a client that failed earlier), or None."""
+    """Why ``req`` is rejected before its rows are looked at, or None.
+
+    A field the scenario cannot place (:mod:`simulator.runner.admission`), or a client that
+    failed earlier.
+    """
     return unappliable(fed.scenario, req) or _needs_excluded(fed, req)
 
 
