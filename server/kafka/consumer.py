@@ -17,6 +17,10 @@ arrive), checks that the log still holds what the checkpoint expects (``offsets`
 replay or skip as told, never silently) and seeks to the checkpointed offsets, so no request is
 lost and none is applied twice. The same check runs when a fetch finds the log shorter than
 the position and after the broker was away.
+
+A stop (SIGTERM/SIGINT, :meth:`DeletionConsumer.stop`) ends the session wherever the consumer
+waits: polling, backing off, connecting, publishing (``waits``); a fetch error that cannot
+heal ends it with :class:`~server.kafka.fetch.FetchError` (``fetch``).
 """
 
 from __future__ import annotations
@@ -35,15 +39,17 @@ from kafka.structs import OffsetAndMetadata
 
 from server.health import process_age
 from server.kafka.backoff import Backoff
-from server.kafka.batcher import BatchConfig, lag, next_batch
+from server.kafka.batcher import BatchConfig, lag
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
+from server.kafka.fetch import next_records
 from server.kafka.gate import Gate, GateConfig, registry_of
 from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
 from server.kafka.publisher import Publisher
 from server.kafka.security import client_options
 from server.kafka.topics import Topics, ensure_topics
+from server.kafka.waits import ConsumerInterrupted, Waits
 from server.kafka.wire import (
     MAX_REQUEST_BYTES,
     Incoming,
@@ -130,7 +136,8 @@ class DeletionConsumer:
         self.config = config
         self.on_event = list(on_event)
         self.recorder = recorder
-        self.backoff = Backoff()
+        self.waits = Waits()
+        self.backoff = Backoff(stop=self.waits.stopped)
         self._stop = False
         self.state = ConsumerState()
         self.session: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -139,8 +146,14 @@ class DeletionConsumer:
         self._options = client_options()
 
     def stop(self) -> None:
-        """Finish the current batch, then return from :meth:`run` (safe from a signal handler)."""
+        """Return from :meth:`run` soon (safe from a signal handler).
+
+        A batch being applied is finished and checkpointed first; a wait (poll, back-off,
+        connecting, publishing an outbox already checkpointed) is left at once
+        (:mod:`server.kafka.waits`).
+        """
         self._stop = True
+        self.waits.stop()
 
     def run(self) -> dict[str, Any]:
         """Run the consumer loop.
@@ -160,23 +173,26 @@ class DeletionConsumer:
             ledger = Ledger(state.ledger)
             registry = registry_of(self.fed) if cfg.gate.ownership else None
             self.gate = Gate(cfg.gate, registry, state.rate)
-            ensure_topics(
-                cfg.bootstrap,
-                cfg.topics,
-                request_partitions=cfg.request_partitions,
-                timeout=cfg.connect_timeout,
-            )
             publisher = Publisher(
                 cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff
             )
-            consumer = self._open()
+            consumer: KafkaConsumer | None = None
             try:
+                with self.waits.abandonable():  # the broker may be away: wait for it, or stop
+                    ensure_topics(
+                        cfg.bootstrap,
+                        cfg.topics,
+                        request_partitions=cfg.request_partitions,
+                        timeout=cfg.connect_timeout,
+                    )
+                    consumer = self._open()
                 parts = sorted(consumer.assignment(), key=lambda tp: tp.partition)
                 self._resume(consumer, parts, store)  # first: a gap stops before anything is sent
                 if state.outbox:  # the last batch's outbox may not have reached the broker
-                    state.published_until = publisher.publish(
-                        state.outbox, state.batch, start=state.published_until, verify=True
-                    )
+                    with self.waits.abandonable():
+                        state.published_until = publisher.publish(
+                            state.outbox, state.batch, start=state.published_until, verify=True
+                        )
                 self._emit(
                     {
                         "event": "consumer_start",
@@ -187,8 +203,11 @@ class DeletionConsumer:
                     }
                 )
                 self._loop(_Session(consumer, parts, store, ledger, publisher))
+            except ConsumerInterrupted:  # stopped while waiting: nothing unsaved is lost
+                log.info("stopped while waiting; every batch applied is in the checkpoint")
             finally:
-                consumer.close(autocommit=False)
+                if consumer is not None:
+                    consumer.close(autocommit=False)
                 publisher.close()
         summary = {"event": "consumer_end", **self._totals()}
         summary["session"] = {
@@ -311,7 +330,10 @@ class DeletionConsumer:
         idle, idle_since = self.config.idle_timeout, time.monotonic()
         while not self._stop:
             try:
-                records = next_batch(consumer, parts, self.config.batch)
+                records = next_records(
+                    consumer, parts, self.config.batch, waits=self.waits,
+                    topic=self.config.topics.requests,
+                )  # fmt: skip
                 if self._recheck or self._out_of_range(consumer, parts):
                     self._recheck = False
                     if self._verify(store):  # what was just read may be off the new log
@@ -400,9 +422,10 @@ class DeletionConsumer:
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
         t_committed = time.perf_counter()
-        state.published_until = session.publisher.publish(
-            state.outbox, state.batch, start=state.published_until, verify=False
-        )
+        with self.waits.until_stopped():  # checkpointed: a stop may leave it to the next start
+            state.published_until = session.publisher.publish(
+                state.outbox, state.batch, start=state.published_until, verify=False
+            )
         t_end = time.perf_counter()
         done_ms = time.time() * 1000.0
         reasons: dict[str, int] = {}

@@ -7,7 +7,8 @@ the publisher first reads the output topics from the offsets reached before that
 sends only the records it does not find there. The consumer is the only writer of its output
 topics, and a lock on its state folder keeps it alone, so a record found there was written by
 an earlier attempt at the same batch. Sends use an idempotent producer (``acks=all``), which
-removes the duplicates of the producer's own retries.
+removes the duplicates of the producer's own retries. A stopped consumer does not retry
+(:mod:`server.kafka.waits`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import caught_up
 from server.kafka.security import client_options
+from server.kafka.waits import ConsumerInterrupted
 from server.kafka.wire import OutRecord, header
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,11 @@ class Publisher:
         ``start`` holds, per output partition, an offset at or before the first record this
         batch may have written there. With ``verify`` (recovery), records already present are
         not sent again. Retries with back-off until the broker takes them.
+
+        Raises
+        ------
+        ConsumerInterrupted
+            An attempt failed after the consumer was stopped (no retry then).
         """
         ends = dict(start)
         pending = list(enumerate(records))
@@ -86,9 +93,12 @@ class Publisher:
                 self.backoff.reset()
                 return ends
             except (KafkaError, OSError) as exc:
+                self._close_producer()
+                if self.backoff.stopped:  # the outbox is in the checkpoint: the next start sends it
+                    log.warning("publishing batch %d failed (%s); stopped", batch, exc)
+                    raise ConsumerInterrupted(f"stopped while publishing batch {batch}") from exc
                 self.retries += 1
                 log.warning("publishing batch %d failed (%s); retrying", batch, exc)
-                self._close_producer()
                 self.backoff.sleep()
                 verify = True
 
@@ -174,8 +184,14 @@ class Publisher:
             log.debug("closing a failed producer raised", exc_info=True)
 
     def close(self) -> None:
-        """Close the producer, waiting at most ``flush_timeout`` for pending records."""
-        if self._producer is not None:
+        """Close the producer, waiting at most ``flush_timeout`` for pending records.
+
+        Once stopped, nothing is waited for: a publication a stop interrupted is thrown away
+        (its outbox is in the checkpoint; the next start sends what did not arrive).
+        """
+        if self.backoff.stopped:
+            self._close_producer()
+        elif self._producer is not None:
             self._producer.close(timeout=self.flush_timeout)
             self._producer = None
 

@@ -5,8 +5,10 @@
 1. answers what needs no removal: requests refused before (``denied``: a bad signature, not
    the owner, over the rate limit; rejected, not recorded), and with a ``ledger`` the request
    ids answered before or earlier in the batch (``duplicate``);
-2. rejects requests that need a client which failed earlier, then validates the rest
-   (:func:`simulator.runner.requests.expand`: unknown client, unknown or already deleted ids);
+2. rejects requests that cannot be placed in the scenario (a tick past its stream:
+   :mod:`simulator.runner.admission`) or need a client which failed earlier, then validates
+   the rest (:func:`simulator.runner.requests.expand`: unknown client, unknown or already
+   deleted ids);
 3. with ``min_rows`` > 1 holds the requests of clients whose rows in the batch are fewer
    (returned as held, answered in a later batch; docs/security.md);
 4. removes the accepted ids as the scenario's method does (:mod:`simulator.methods`: one
@@ -35,6 +37,7 @@ from typing import Any, Literal
 from simulator.errors import ClientUnavailableError
 from simulator.head import RemovalReport
 from simulator.methods import streaming_method
+from simulator.runner.admission import batch_tick, unappliable
 from simulator.runner.batch_metrics import (
     certificate_section,
     evaluate_batch,
@@ -124,7 +127,7 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
         timings["monitor_start"] = time.perf_counter() - t
     holdings = FederationHoldings(fed)
     fresh = _fresh(requests, denied, ledger)
-    blocked = {r.request_id: why for r in fresh if (why := _needs_excluded(fed, r)) is not None}
+    blocked = {r.request_id: why for r in fresh if (why := _unservable(fed, r)) is not None}
     candidates = [r for r in fresh if r.request_id not in blocked]
     wanted = {r.request_id: wanted_ids(holdings, r) for r in candidates}
     ids, rejected = expand(holdings, candidates)
@@ -147,7 +150,7 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
     removal = _Removal(report, removed, now or datetime.now(UTC))
     receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
     run.forgotten.extend(removed)
-    tick = max((r.tick for r in requests), default=run.last_tick)
+    tick = batch_tick(fed.scenario, requests, run.last_tick)
     run.last_tick = max(run.last_tick, tick)
     for r in receipts:
         if r is not None:
@@ -187,6 +190,15 @@ def _fresh(
         fresh.append(req)
         seen.add(req.request_id)
     return fresh
+
+
+def _unservable(fed: Federation, req: DeletionRequest) -> str | None:
+    """Why ``req`` is rejected before its rows are looked at, or None.
+
+    A field the scenario cannot place (:mod:`simulator.runner.admission`), or a client that
+    failed earlier.
+    """
+    return unappliable(fed.scenario, req) or _needs_excluded(fed, req)
 
 
 def _needs_excluded(fed: Federation, req: DeletionRequest) -> str | None:
