@@ -155,7 +155,7 @@ class LogProbe:
         self.timeout = timeout
         self._consumer: KafkaConsumer | None = None
 
-    def _open(self) -> KafkaConsumer:
+    def _open(self, timeout: float | None = None) -> KafkaConsumer:
         if self._consumer is None:
             try:
                 self._consumer = KafkaConsumer(
@@ -164,7 +164,8 @@ class LogProbe:
                     auto_offset_reset="earliest",
                     fetch_max_wait_ms=50,
                     request_timeout_ms=5000,
-                    bootstrap_timeout_ms=int(self.timeout * 1000),
+                    reconnect_backoff_max_ms=1000,  # a broker back is seen within a second
+                    bootstrap_timeout_ms=int((timeout or self.timeout) * 1000),
                     **self.options,
                 )
             except KafkaError as exc:
@@ -194,12 +195,11 @@ class LogProbe:
 
     def reachable(self, partitions: Iterable[int], timeout: float) -> None:
         """Ask the broker where ``partitions`` start (raises :class:`BrokerUnavailableError`)."""
-        try:
-            consumer = self._open()
+        try:  # the same client throughout: it reconnects by itself when the broker is back
+            consumer = self._open(timeout)
             parts = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             consumer.beginning_offsets(parts, timeout_ms=timeout * 1000)
         except KafkaError as exc:
-            self.close()
             raise BrokerUnavailableError(
                 f"{self.bootstrap} does not answer for {self.topic}: {exc}"
             ) from exc
