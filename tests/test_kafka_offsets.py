@@ -193,16 +193,18 @@ def run_while_the_log_is_replaced(
     replaced = threading.Event()
 
     def broker_loses_its_log(event: dict[str, Any], _: Federation) -> None:
-        if event["event"] == "deletion_batch" and event["consumer_batch"] == 3:
-            if not replaced.is_set():
-                replaced.set()
-                restart_empty(broker)
-                replay_requests(fresh, bootstrap=broker.bootstrap, topics=Topics())
+        third = event["event"] == "deletion_batch" and event["consumer_batch"] == 3
+        if third and not replaced.is_set():
+            replaced.set()
+            restart_empty(broker)
+            replay_requests(fresh, bootstrap=broker.bootstrap, topics=Topics())
 
     settings = config(
         broker.bootstrap, folder, on_offset_gap=policy, idle_timeout=4.0, flush_timeout=2.0
     )
-    summary = DeletionConsumer(copy.deepcopy(built), settings, on_event=[broker_loses_its_log]).run()
+    summary = DeletionConsumer(
+        copy.deepcopy(built), settings, on_event=[broker_loses_its_log]
+    ).run()
     assert replaced.is_set()
     return summary
 

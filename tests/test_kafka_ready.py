@@ -24,13 +24,12 @@ from typing import Any
 
 import pytest
 from support.kafka import broker, read_receipts
-from support.scenarios import QUICKSTART, ROOT, TEN_CLIENTS
+from support.scenarios import QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
 from server.health import ready_file_state
 from server.kafka.broker import LocalBroker, free_port
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics, ensure_topics
-from support.scenarios import scenario
 
 __all__ = ["broker"]
 

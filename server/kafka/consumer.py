@@ -256,8 +256,10 @@ class DeletionConsumer:
                 consumer.seek_to_beginning(tp)
 
     def _verify(self, store: CheckpointStore, partitions: set[int] | None = None) -> bool:
-        """Probe the checkpointed partitions (those of ``partitions``, default all); handle gaps
-        (may raise); whether any was found."""
+        """Probe the checkpointed partitions; handle gaps (may raise); whether any was found.
+
+        ``partitions``: only those (default: all).
+        """
         state = self.state
         probes = self._log.probe(
             {p: o for p, o in state.offsets.items() if partitions is None or p in partitions}
@@ -467,8 +469,11 @@ class DeletionConsumer:
         return False
 
     def _watch_broker(self, parts: list[TopicPartition]) -> None:
-        """Between batches: whether the broker answers (``consumer_waiting`` or ``consumer_ready``,
-        for readiness: a consumer whose broker is away is not ready)."""
+        """Between batches: whether the broker answers (for readiness).
+
+        ``consumer_waiting`` when it does not (a consumer whose broker is away is not ready),
+        else ``consumer_ready``.
+        """
         try:
             self._log.reachable([tp.partition for tp in parts], BROKER_CHECK_SECONDS)
         except BrokerUnavailableError as exc:

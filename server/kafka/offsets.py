@@ -20,6 +20,7 @@ for ``expired``, its start), counting what it skipped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Iterable, Mapping
@@ -242,10 +243,8 @@ class LogProbe:
         """Close the consumer (the next probe opens another)."""
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
-            try:
+            with contextlib.suppress(Exception):  # the consumer of a vanished broker
                 consumer.close()
-            except Exception:  # closing the consumer of a vanished broker
-                pass
 
     def __enter__(self) -> LogProbe:
         return self
