@@ -73,6 +73,8 @@ EventHook = Callable[[dict[str, Any], Federation], None]
 HEARTBEAT_SECONDS = 1.0
 #: Seconds the broker has to answer the check at each heartbeat before the consumer is not ready.
 BROKER_CHECK_SECONDS = 2.0
+#: Seconds the broker has to answer the log check of a fetch (then: not ready, back off, again).
+FETCH_CHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -255,14 +257,21 @@ class DeletionConsumer:
             else:
                 consumer.seek_to_beginning(tp)
 
-    def _verify(self, store: CheckpointStore, partitions: set[int] | None = None) -> bool:
+    def _verify(
+        self,
+        store: CheckpointStore,
+        partitions: set[int] | None = None,
+        timeout: float | None = None,
+    ) -> bool:
         """Probe the checkpointed partitions; handle gaps (may raise); whether any was found.
 
-        ``partitions``: only those (default: all).
+        ``partitions``: only those (default: all); ``timeout``: seconds the broker has to
+        answer (default: ``connect_timeout``).
         """
         state = self.state
         probes = self._log.probe(
-            {p: o for p, o in state.offsets.items() if partitions is None or p in partitions}
+            {p: o for p, o in state.offsets.items() if partitions is None or p in partitions},
+            timeout,
         )
         gaps = [
             gap
@@ -459,7 +468,8 @@ class DeletionConsumer:
         and read again from the checkpointed (or the policy's) offsets.
         """
         try:
-            if not self._verify(session.store, {r.partition for r in records}):
+            parts = {r.partition for r in records}
+            if not self._verify(session.store, parts, FETCH_CHECK_SECONDS):
                 return True
         except BrokerUnavailableError as exc:
             log.warning("checking the requests log failed (%s); backing off", exc)

@@ -206,7 +206,7 @@ class LogProbe:
             ) from exc
 
     def _probe(self, expected: Mapping[int, int], timeout: float) -> dict[int, Probe]:
-        consumer = self._open()
+        consumer = self._open(timeout)
         parts = {p: TopicPartition(self.topic, p) for p in sorted(expected)}
         consumer.unsubscribe()  # fresh partition states: no highwater of an earlier probe
         consumer.assign(list(parts.values()))
