@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 from support.kafka import apply_requests, broker, read_receipts
-from support.scenarios import LARGE, QUICKSTART, ROOT, scenario
+from support.scenarios import LARGE, QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
-from server.kafka.checkpoint import CheckpointStore
+from server.kafka.checkpoint import KILL_AFTER_ENV, CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics
 from simulator.runner.federation import build_federation
@@ -108,3 +108,39 @@ def test_sigkill_mid_stream_then_restart(broker: LocalBroker, tmp_path: Path) ->
     assert restored.head.cumulative_residual == reference.head.cumulative_residual
     for cid, client in reference.clients.items():
         np.testing.assert_array_equal(restored.clients[cid].data.weights, client.data.weights)
+
+
+def test_a_kill_between_the_checkpoint_and_the_run_folder_loses_nothing_locally(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """Issue 28: the run folder is written after the checkpoint; a process killed between the
+    two kept its batch out of receipts.jsonl and events.jsonl for good. The restart appends
+    what the checkpoint holds and the folder lacks, once."""
+    requests = scenario_requests(scenario(TEN_CLIENTS))
+    topics = Topics()
+    replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
+    overrides = [arg for o in TEN_CLIENTS for arg in ("--set", o)]
+    command = [
+        sys.executable, "-m", "server.cli", "run", str(QUICKSTART), *overrides,
+        "--stream", "kafka", "--bootstrap", broker.bootstrap, "--no-plots",
+        "--output", str(tmp_path / "run"), "--state-dir", str(tmp_path / "state"),
+        "--max-batch-requests", "16", "--max-wait", "0.2", "--idle-timeout", "2",
+    ]  # fmt: skip
+    with (tmp_path / "consumer.log").open("ab") as log:
+        env = {**os.environ, KILL_AFTER_ENV: "3"}  # dies right after checkpointing batch 3
+        first = subprocess.run(command, cwd=ROOT, stdout=log, stderr=log, env=env, check=False)
+        assert first.returncode == -signal.SIGKILL, (tmp_path / "consumer.log").read_text()
+        events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").open()]
+        assert [e["consumer_batch"] for e in events if e["event"] == "deletion_batch"] == [1, 2]
+        second = subprocess.run(command, cwd=ROOT, stdout=log, stderr=log, check=False)
+    assert second.returncode == 0, (tmp_path / "consumer.log").read_text()[-3000:]
+
+    topic = Counter(r.request_id for r in read_receipts(broker.bootstrap, topics))
+    lines = (tmp_path / "run" / "receipts.jsonl").read_text().splitlines()
+    local = Counter(json.loads(line)["request_id"] for line in lines)
+    assert local == topic and set(topic) == {r.request_id for r in requests}
+    assert max(local.values()) == 1  # none twice, none missing
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").open()]
+    batches = [e["consumer_batch"] for e in events if e["event"] == "deletion_batch"]
+    assert batches == list(range(1, -(-len(requests) // 16) + 1))  # every batch, once
+    assert [e.get("recovered") for e in events if e.get("consumer_batch") == 3] == [True]

@@ -182,3 +182,55 @@ def test_several_request_partitions_resume_from_per_partition_offsets(
     assert all(n == 1 for n in counts.values())  # one receipt each, across the crash
     assert sorted(summary["offsets"]) == ["0", "1", "2"]
     assert sum(summary["offsets"].values()) == len(requests) == summary["records"]
+
+
+def run_while_the_log_is_replaced(
+    broker: LocalBroker, built: Federation, folder: Path, policy: str, fresh: list[Any]
+) -> dict[str, Any]:
+    """Consume 40 requests; after the third batch (offset 40) the broker loses its log and the
+    topics are refilled with ``fresh`` past that offset, while the consumer runs."""
+    replay_requests(built.requests[:40], bootstrap=broker.bootstrap, topics=Topics())
+    replaced = threading.Event()
+
+    def broker_loses_its_log(event: dict[str, Any], _: Federation) -> None:
+        third = event["event"] == "deletion_batch" and event["consumer_batch"] == 3
+        if third and not replaced.is_set():
+            replaced.set()
+            restart_empty(broker)
+            replay_requests(fresh, bootstrap=broker.bootstrap, topics=Topics())
+
+    settings = config(
+        broker.bootstrap, folder, on_offset_gap=policy, idle_timeout=4.0, flush_timeout=2.0
+    )
+    summary = DeletionConsumer(
+        copy.deepcopy(built), settings, on_event=[broker_loses_its_log]
+    ).run()
+    assert replaced.is_set()
+    return summary
+
+
+def test_a_running_consumer_replays_a_log_refilled_past_its_offset(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    """Issue 28: the log lost and refilled past the position while running was read on from
+    the old offset (the new log's first records never answered); replay answers them all."""
+    fresh = built.requests[20:76]  # 56 records: offsets 0..55 of the new log, 20 answered before
+    summary = run_while_the_log_is_replaced(broker, built, tmp_path, "replay", fresh)
+    gaps = [e for e in events(tmp_path) if e["event"] == "offset_gap"]
+    assert [(g["kind"], g["action"], g["expected"]) for g in gaps] == [("rewritten", "replay", 40)]
+    after = [e for e in events(tmp_path) if e.get("consumer_batch", 0) > 3]
+    assert sum(e["requests"] for e in after) == len(fresh)  # every record of the new log
+    assert sum(e["duplicates"] for e in after) == 20  # those answered before the loss
+    assert summary["offset_gaps"] == 1 and summary["replayed_records"] == len(fresh)
+    assert summary["offsets"] == {"0": len(fresh)} and summary["records"] == 40 + len(fresh)
+
+
+def test_a_running_consumer_skips_a_refilled_log_and_records_it(
+    broker: LocalBroker, built: Federation, tmp_path: Path
+) -> None:
+    fresh = built.requests[16:76]  # 60 records: offsets 0..59 of the new log
+    summary = run_while_the_log_is_replaced(broker, built, tmp_path, "skip", fresh)
+    assert read_receipts(broker.bootstrap, Topics()) == []  # skipped, as told, and counted
+    gaps = [e for e in events(tmp_path) if e["event"] == "offset_gap"]
+    assert [(g["action"], g["skipped"]) for g in gaps] == [("skip", 60)]
+    assert summary["skipped_records"] == 60 and summary["offsets"] == {"0": 60}

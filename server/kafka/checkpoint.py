@@ -16,7 +16,9 @@ checkpoint or the new one, never a mix. It is a versioned state dict
   of every requests partition and a fingerprint of the last record consumed there
   (:mod:`server.kafka.offsets`), the outbox (receipts and dead letters of the last batch,
   which may not have reached the broker yet), requests held for a larger removal, the rate
-  limiter's windows, offset gaps handled, counters, and the run's totals.
+  limiter's windows, offset gaps handled, counters, the run's totals, and the last batch's
+  event (with the outbox's receipts, what a restart appends to the run folder when a crash
+  came between the checkpoint and the folder's write: :func:`server.kafka.events.recover_batch`).
 
 Renaming a class no longer breaks a checkpoint. Checkpoints of the previous format (format 1,
 ``checkpoint.pkl``, a pickle of the head) are still read, converted on load and replaced by the
@@ -32,7 +34,9 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import os
 import pickle
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +60,9 @@ FORMAT = 2
 NAME = "checkpoint.npz"
 #: The previous format's file (a pickle), still read.
 LEGACY_NAME = "checkpoint.pkl"
+#: Test hook: the process SIGKILLs itself right after writing the checkpoint of this batch
+#: number (a crash between the checkpoint and the run folder; tests/test_kafka_crash.py).
+KILL_AFTER_ENV = "UNLEARNSIM_TEST_KILL_AFTER_CHECKPOINT"
 
 
 @dataclass
@@ -83,6 +90,8 @@ class ConsumerState:
     gaps: list[dict[str, Any]] = field(default_factory=list)
     #: consuming sessions (process starts) on this state so far
     sessions: int = 0
+    #: batch ``batch``'s event as JSON (rebuilds the run folder when a crash kept it out)
+    batch_event: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON and bytes as base64) for the checkpoint."""
@@ -99,6 +108,7 @@ class ConsumerState:
             "rate": {k: list(v) for k, v in self.rate.items()},
             "gaps": list(self.gaps),
             "sessions": self.sessions,
+            "batch_event": self.batch_event,
         }
 
     @classmethod
@@ -119,6 +129,7 @@ class ConsumerState:
             rate={str(k): [int(t) for t in v] for k, v in data["rate"].items()},
             gaps=list(data["gaps"]),
             sessions=int(data["sessions"]),
+            batch_event=str(data.get("batch_event", "")),
         )
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
@@ -255,6 +266,8 @@ class CheckpointStore:
             },
             fsync=self.fsync,
         )
+        if os.environ.get(KILL_AFTER_ENV) == str(state.batch):
+            os.kill(os.getpid(), signal.SIGKILL)
         legacy = self.folder / LEGACY_NAME
         if legacy.exists():  # converted: the new file is the checkpoint from now on
             legacy.unlink()

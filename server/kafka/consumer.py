@@ -42,10 +42,17 @@ from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchConfig, lag
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.errors import BrokerUnavailableError
-from server.kafka.events import COUNTERS, count_batch, kafka_fields, totals
+from server.kafka.events import (
+    COUNTERS,
+    batch_record,
+    count_batch,
+    kafka_fields,
+    recover_batch,
+    totals,
+)
 from server.kafka.fetch import next_records
 from server.kafka.gate import Gate, GateConfig, registry_of
-from server.kafka.offsets import Gap, OffsetGapError, Policy, find_gap, fingerprint, probe
+from server.kafka.offsets import Gap, LogProbe, OffsetGapError, Policy, find_gap, fingerprint
 from server.kafka.publisher import Publisher
 from server.kafka.security import client_options
 from server.kafka.topics import Topics, ensure_topics
@@ -70,6 +77,10 @@ log = logging.getLogger(__name__)
 EventHook = Callable[[dict[str, Any], Federation], None]
 #: Seconds between heartbeats of the consume loop (to the event hooks, not the events file).
 HEARTBEAT_SECONDS = 1.0
+#: Seconds the broker has to answer the check at each heartbeat before the consumer is not ready.
+BROKER_CHECK_SECONDS = 2.0
+#: Seconds the broker has to answer the log check of a fetch (then: not ready, back off, again).
+FETCH_CHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,10 @@ class DeletionConsumer:
         self._beat = 0.0
         self._recheck = False
         self._options = client_options()
+        self._log = LogProbe(
+            config.bootstrap, config.topics.requests, options=self._options,
+            timeout=config.connect_timeout,
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Return from :meth:`run` soon (safe from a signal handler).
@@ -170,6 +185,8 @@ class DeletionConsumer:
             for name in COUNTERS:
                 state.counters.setdefault(name, 0)
             state.sessions += 1
+            if self.recorder is not None:  # a batch checkpointed just before a crash
+                recover_batch(self.recorder, state, cfg.topics.receipts)
             ledger = Ledger(state.ledger)
             registry = registry_of(self.fed) if cfg.gate.ownership else None
             self.gate = Gate(cfg.gate, registry, state.rate)
@@ -209,6 +226,7 @@ class DeletionConsumer:
                 if consumer is not None:
                     consumer.close(autocommit=False)
                 publisher.close()
+                self._log.close()
         summary = {"event": "consumer_end", **self._totals()}
         summary["session"] = {
             **self.session,
@@ -258,15 +276,21 @@ class DeletionConsumer:
             else:
                 consumer.seek_to_beginning(tp)
 
-    def _verify(self, store: CheckpointStore) -> bool:
-        """Probe every checkpointed partition; handle gaps (may raise); whether any was found."""
-        cfg, state = self.config, self.state
-        probes = probe(
-            cfg.bootstrap,
-            cfg.topics.requests,
-            state.offsets,
-            options=self._options,
-            timeout=cfg.connect_timeout,
+    def _verify(
+        self,
+        store: CheckpointStore,
+        partitions: set[int] | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Probe the checkpointed partitions; handle gaps (may raise); whether any was found.
+
+        ``partitions``: only those (default: all); ``timeout``: seconds the broker has to
+        answer (default: ``connect_timeout``).
+        """
+        state = self.state
+        probes = self._log.probe(
+            {p: o for p, o in state.offsets.items() if partitions is None or p in partitions},
+            timeout,
         )
         gaps = [
             gap
@@ -350,7 +374,7 @@ class DeletionConsumer:
                 self._recheck = True  # the broker may have come back with another log
                 self.backoff.sleep()
                 continue
-            self._heartbeat()
+            self._heartbeat(parts)
             if records:
                 self._handle(records, session)
                 idle_since = time.monotonic()
@@ -367,6 +391,8 @@ class DeletionConsumer:
 
     def _handle(self, records: list[Incoming], session: _Session) -> None:
         """One micro-batch: decode, gate, apply, persist, commit, publish, report."""
+        if not self._log_holds(records, session):  # the log check, on every fetch
+            return
         consumer, parts = session.consumer, session.parts
         cfg, state = self.config, self.state
         t0 = time.perf_counter()
@@ -418,6 +444,11 @@ class DeletionConsumer:
         self.gate.prune()
         for counters in (state.counters, self.session):
             count_batch(counters, len(records), result, len(dead))
+        reasons: dict[str, int] = {}
+        for i in result.unauthorised:
+            reason = denied[i].split(":", 1)[0]
+            reasons[reason] = reasons.get(reason, 0) + 1
+        state.batch_event = batch_record(result, state, len(records), kinds, reasons)
         checkpoint = session.store.save(state)
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
@@ -428,10 +459,6 @@ class DeletionConsumer:
             )
         t_end = time.perf_counter()
         done_ms = time.time() * 1000.0
-        reasons: dict[str, int] = {}
-        for i in result.unauthorised:
-            reason = denied[i].split(":", 1)[0]
-            reasons[reason] = reasons.get(reason, 0) + 1
         event = result.event
         event.update(
             kafka_fields(state, records=len(records), dead=kinds, unauthorised=reasons),
@@ -453,6 +480,39 @@ class DeletionConsumer:
         if result.report is not None:
             event["timings"]["removal"] = result.report.timings.get("total", 0.0)
         self._emit_batch(result)
+
+    def _log_holds(self, records: list[Incoming], session: _Session) -> bool:
+        """Whether the log under ``records`` is still the one the checkpoint consumed.
+
+        The record before each partition's first one must be the one last consumed there
+        (:func:`~server.kafka.offsets.find_gap`): a log lost and refilled while this consumer
+        runs is a gap, handled by ``--on-offset-gap`` as at start (an ``offset_gap`` event;
+        ``fail`` raises). Then, or when the broker does not answer, the records are dropped
+        and read again from the checkpointed (or the policy's) offsets.
+        """
+        try:
+            parts = {r.partition for r in records}
+            if not self._verify(session.store, parts, FETCH_CHECK_SECONDS):
+                return True
+        except BrokerUnavailableError as exc:
+            log.warning("checking the requests log failed (%s); backing off", exc)
+            self._emit({"event": "consumer_waiting", "reason": f"broker: {exc}"}, False)
+            self.backoff.sleep()
+        self._seek(session.consumer, session.parts)
+        return False
+
+    def _watch_broker(self, parts: list[TopicPartition]) -> None:
+        """Between batches: whether the broker answers (for readiness).
+
+        ``consumer_waiting`` when it does not (a consumer whose broker is away is not ready),
+        else ``consumer_ready``.
+        """
+        try:
+            self._log.reachable([tp.partition for tp in parts], BROKER_CHECK_SECONDS)
+        except BrokerUnavailableError as exc:
+            self._emit({"event": "consumer_waiting", "reason": f"broker: {exc}"}, False)
+            return
+        self._emit({"event": "consumer_ready"}, False)
 
     def _refuse(self, request: DeletionRequest, record: Incoming) -> str | None:
         """The gate's verdict; an exception while deciding refuses the request (``other``)."""
@@ -479,11 +539,12 @@ class DeletionConsumer:
     def _totals(self) -> dict[str, Any]:
         return totals(self.fed, self.state)
 
-    def _heartbeat(self) -> None:
+    def _heartbeat(self, parts: list[TopicPartition]) -> None:
         now = time.monotonic()
         if now - self._beat >= HEARTBEAT_SECONDS:
             self._beat = now
             self._emit({"event": "heartbeat"}, False)
+            self._watch_broker(parts)
 
     def _emit_batch(self, outcome: BatchOutcome) -> None:
         """A batch's event and receipts: to the run's recorder, else as any other event."""

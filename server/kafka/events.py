@@ -9,11 +9,15 @@ reason: bad_signature, not_owner, rate_limited), ``committed``, ``lag_requests``
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from server.kafka.checkpoint import ConsumerState
+from simulator.reporting.run_report import json_safe
 from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome
+from simulator.runner.recorder import RunRecorder
+from simulator.stream import DeletionReceipt
 
 COUNTERS = (
     "records",
@@ -78,3 +82,41 @@ def kafka_fields(
         "unauthorised": dict(unauthorised),
         "held": len(state.pending),
     }
+
+
+def batch_record(
+    result: BatchOutcome,
+    state: ConsumerState,
+    records: int,
+    dead: dict[str, int],
+    unauthorised: dict[str, int],
+) -> str:
+    """The batch's event as the checkpoint keeps it (JSON; ``state`` already updated).
+
+    What is known before the checkpoint is written: the pipeline's event and
+    :func:`kafka_fields`, marked ``recovered`` (:func:`recover_batch` writes it only when the
+    process died before the run folder got the full event).
+    """
+    event = {
+        **result.event,
+        **kafka_fields(state, records=records, dead=dead, unauthorised=unauthorised),
+        "recovered": True,
+    }
+    return json.dumps(json_safe(event), sort_keys=True)
+
+
+def recover_batch(recorder: RunRecorder, state: ConsumerState, receipts_topic: str) -> bool:
+    """Write the checkpoint's last batch into the run folder when a crash kept it out.
+
+    The checkpoint holds the last batch's event (:func:`batch_record`) and receipts (the
+    outbox); the run folder is written after the checkpoint, so a process killed between the
+    two left the batch out of ``events.jsonl`` and ``receipts.jsonl``. Appends what is missing,
+    never a line twice (:meth:`~simulator.runner.recorder.RunRecorder.recover`); whether
+    anything was appended.
+    """
+    if not state.batch_event:
+        return False
+    receipts = [
+        DeletionReceipt.from_json(r.value) for r in state.outbox if r.topic == receipts_topic
+    ]
+    return recorder.recover(json.loads(state.batch_event), receipts, key="consumer_batch")

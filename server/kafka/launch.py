@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from server.health import clear_stale_ready_file
 from server.kafka.batcher import BatchConfig
 from server.kafka.consumer import ConsumerConfig, EventHook
 from server.kafka.gate import GateConfig
@@ -137,13 +138,15 @@ def run_kafka(
     stream = stream_from_args(args)
     config = consumer_config(stream, out, scenario, fsync=not args.no_fsync)
     scenario = as_kafka_source(scenario)
+    ready = ready_file(stream, out)
+    clear_stale_ready_file(ready)  # a killed consumer's file must not read as ready meanwhile
     with thread_limits(blas=args.blas_threads):
         with console.status(f"[bold]{scenario.name}[/]: loading the federation"):
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
         if reloaded:
             console.print(f"federation reloaded from {config.state_dir} (no retraining)")
         options = ReportingConfig(console=console, plots=not args.no_plots, on_event=on_event)
-        end = consume(fed, config, out, options, ready=ready_file(stream, out))
+        end = consume(fed, config, out, options, ready=ready)
     from simulator.runner.interrupt import EXIT_INTERRUPTED
 
     return EXIT_INTERRUPTED if end.get("interrupted") else 0

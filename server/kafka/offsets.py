@@ -20,9 +20,10 @@ for ``expired``, its start), counting what it skipped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -118,7 +119,7 @@ def probe(
     options: Mapping[str, Any] | None = None,
     timeout: float = 15.0,
 ) -> dict[int, Probe]:
-    """Probe the partitions of ``expected`` (partition -> next offset the checkpoint reads).
+    """Probe the partitions of ``expected`` (partition -> next offset the checkpoint reads) once.
 
     Raises
     ------
@@ -127,17 +128,87 @@ def probe(
     """
     if not expected:
         return {}
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-        request_timeout_ms=5000,
-        bootstrap_timeout_ms=int(timeout * 1000),
-        **dict(options or {}),
-    )
-    try:
-        parts = {p: TopicPartition(topic, p) for p in sorted(expected)}
+    with LogProbe(bootstrap, topic, options=options, timeout=timeout) as log:
+        return log.probe(expected)
+
+
+class LogProbe:
+    """One consumer kept open to probe the requests log again and again (every fetch).
+
+    Parameters
+    ----------
+    bootstrap, topic : the broker and the requests topic.
+    options : the Kafka client's security options.
+    timeout : seconds a probe may wait for the broker (connecting included).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+        timeout: float = 15.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.options = dict(options or {})
+        self.timeout = timeout
+        self._consumer: KafkaConsumer | None = None
+
+    def _open(self, timeout: float | None = None) -> KafkaConsumer:
+        if self._consumer is None:
+            try:
+                self._consumer = KafkaConsumer(
+                    bootstrap_servers=self.bootstrap,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    fetch_max_wait_ms=50,
+                    request_timeout_ms=5000,
+                    reconnect_backoff_max_ms=1000,  # a broker back is seen within a second
+                    bootstrap_timeout_ms=int((timeout or self.timeout) * 1000),
+                    **self.options,
+                )
+            except KafkaError as exc:
+                raise BrokerUnavailableError(f"cannot reach {self.bootstrap}: {exc}") from exc
+        return self._consumer
+
+    def probe(self, expected: Mapping[int, int], timeout: float | None = None) -> dict[int, Probe]:
+        """What each partition of ``expected`` holds now (:class:`Probe`).
+
+        Raises
+        ------
+        BrokerUnavailableError
+            The broker did not answer every partition within ``timeout`` (default: the
+            probe's) seconds; the consumer is closed and opened again by the next probe.
+        """
+        if not expected:
+            return {}
+        try:
+            return self._probe(expected, self.timeout if timeout is None else timeout)
+        except (KafkaError, BrokerUnavailableError) as exc:
+            self.close()  # a consumer that saw the broker go away starts afresh next time
+            if isinstance(exc, BrokerUnavailableError):
+                raise
+            raise BrokerUnavailableError(
+                f"probing {self.topic} at {self.bootstrap} failed: {exc}"
+            ) from exc
+
+    def reachable(self, partitions: Iterable[int], timeout: float) -> None:
+        """Ask the broker where ``partitions`` start (raises :class:`BrokerUnavailableError`)."""
+        try:  # the same client throughout: it reconnects by itself when the broker is back
+            consumer = self._open(timeout)
+            parts = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.beginning_offsets(parts, timeout_ms=timeout * 1000)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(
+                f"{self.bootstrap} does not answer for {self.topic}: {exc}"
+            ) from exc
+
+    def _probe(self, expected: Mapping[int, int], timeout: float) -> dict[int, Probe]:
+        consumer = self._open(timeout)
+        parts = {p: TopicPartition(self.topic, p) for p in sorted(expected)}
+        consumer.unsubscribe()  # fresh partition states: no highwater of an earlier probe
         consumer.assign(list(parts.values()))
         earliest = consumer.beginning_offsets(list(parts.values()), timeout_ms=timeout * 1000)
         start = {p: max(expected[p] - 1, earliest[tp]) for p, tp in parts.items()}
@@ -149,11 +220,13 @@ def probe(
         while len(latest) < len(parts):
             if time.monotonic() > deadline:
                 raise BrokerUnavailableError(
-                    f"could not read {topic} partitions {sorted(set(parts) - set(latest))} "
-                    f"at {bootstrap} within {timeout:g} s"
+                    f"could not read {self.topic} partitions {sorted(set(parts) - set(latest))} "
+                    f"at {self.bootstrap} within {timeout:g} s"
                 )
             polled = consumer.poll(timeout_ms=100, max_records=len(parts))
             for tp, messages in polled.items():
+                if tp.partition in latest:
+                    continue
                 m = messages[0]
                 if m.offset == expected[tp.partition] - 1:
                     before[tp.partition] = fingerprint(m.offset, m.timestamp, m.key, m.value)
@@ -165,7 +238,16 @@ def probe(
                     latest[p] = high
                     consumer.pause(tp)
         return {p: Probe(p, earliest[tp], latest[p], before.get(p)) for p, tp in parts.items()}
-    except KafkaError as exc:
-        raise BrokerUnavailableError(f"probing {topic} at {bootstrap} failed: {exc}") from exc
-    finally:
-        consumer.close()
+
+    def close(self) -> None:
+        """Close the consumer (the next probe opens another)."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            with contextlib.suppress(Exception):  # the consumer of a vanished broker
+                consumer.close()
+
+    def __enter__(self) -> LogProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

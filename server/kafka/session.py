@@ -105,7 +105,8 @@ def _consume(
         fed, replace(config, events_path=None), on_event=[_announce(console, config)],
         recorder=recorder,
     )  # fmt: skip
-    try:
+    try:  # not ready before the checkpoint is loaded and the log checked (consumer_start)
+        recorder.emit({"event": "consumer_loading"}, fed, persist=False)
         recorder.start(fed)
         with graceful_stop(consumer.stop) as stop:
             summary = consumer.run()

@@ -182,7 +182,7 @@ class MetricsExporter:
         with self._lock:
             kind = event.get("event")
             self.m["stream_ready"].set(1 if self.health.readiness()[0] else 0)
-            if kind == "heartbeat":
+            if kind in ("heartbeat", "consumer_ready", "consumer_waiting"):
                 return
             if kind == "consumer_start":
                 self._consumer_start(event, fed)

@@ -67,6 +67,11 @@ def interrupted_line(interrupted: dict[str, Any]) -> str:
     )
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` as the run's JSON files hold it (NaN/inf as null, numpy scalars as numbers)."""
+    return _clean(value)
+
+
 def _clean(value: Any) -> Any:
     """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
     if isinstance(value, dict):

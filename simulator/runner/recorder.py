@@ -6,7 +6,9 @@
 row per batch, :mod:`.flat`), the PNG plots, and
 ``head.npz`` / ``clients.json`` (:mod:`.artifacts`). Every event also goes to the ``on_event``
 callbacks (e.g. the Prometheus exporter). A Kafka consumer that restarts on the same folder
-appends (``resume=True``): the earlier sessions' batches stay in the log and in the summary.
+appends (``resume=True``): the earlier sessions' batches stay in the log and in the summary; a
+line a crash cut short is dropped first, and a batch its checkpoint holds but the folder lacks
+(the process died between the two writes) is appended once (:meth:`RunRecorder.recover`).
 Sources add their own summary rows as an extra section (``extra_rows``), never another report.
 
 A fresh recorder (not resuming) deletes any output file an earlier run left in the folder before
@@ -39,8 +41,11 @@ from simulator.runner.run_folder import RunManifest, read_manifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
 from simulator.scenario import scenario_to_yaml
+from simulator.stream import DeletionReceipt
 
 EventCallback = Callable[[dict[str, Any], Federation], None]
+EVENTS = "events.jsonl"
+RECEIPTS = "receipts.jsonl"
 
 
 class RunRecorder:
@@ -67,6 +72,9 @@ class RunRecorder:
         self.plots = plots
         if not resume:
             clear_outputs(self.folder)
+        else:  # a line cut by a crash would glue itself to the next one appended
+            for name in (EVENTS, RECEIPTS):
+                trim_cut_line(self.folder / name)
         self.batches: list[dict[str, Any]] = batch_events(self.folder) if resume else []
         self.writer = RunWriter(self.folder, append=resume)
         self.start_event: dict[str, Any] = {}
@@ -96,6 +104,26 @@ class RunRecorder:
         self.writer.receipts(outcome.answered)
         self.batches.append(outcome.event)
         self.emit(outcome.event, fed)
+
+    def recover(
+        self, event: dict[str, Any], receipts: Sequence[DeletionReceipt], *, key: str
+    ) -> bool:
+        """Append a batch the source kept (a checkpoint) but a crash kept out of the folder.
+
+        ``event``: the batch's event; ``key``: its field numbering batches. Nothing happens
+        when a batch event with the same ``key`` is logged already; otherwise the receipts not
+        in ``receipts.jsonl`` yet (a crash between the two writes) and the event are appended,
+        each once. The callbacks are not called (the batch was reported by the process that
+        died). Whether anything was appended.
+        """
+        if any(b.get(key) == event.get(key) for b in self.batches):
+            return False
+        path = self.folder / RECEIPTS
+        logged = set(path.read_text(encoding="utf-8").splitlines()) if path.exists() else set()
+        self.writer.receipts([r for r in receipts if r.model_dump_json() not in logged])
+        self.writer.event(event)
+        self.batches.append(event)
+        return True
 
     def finish(
         self, fed: Federation, run: RunState, *, extra: dict[str, Any] | None = None,
@@ -139,6 +167,16 @@ class RunRecorder:
     def close(self) -> None:
         """Close the logs."""
         self.writer.close()
+
+
+def trim_cut_line(path: Path) -> None:
+    """Cut the unfinished last line of a JSON-lines log (a write a crash interrupted)."""
+    if not path.exists():
+        return
+    with path.open("rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def clear_outputs(folder: Path) -> None:
