@@ -286,7 +286,8 @@ def test_removing_every_row_resets_the_head_to_zero() -> None:
 
 @pytest.mark.parametrize("accounting", ["guo", "worst", "exact"])
 def test_epsilon_spent_is_monotone_between_retrains(accounting) -> None:
-    """The charge since the last retrain never goes down (exact: the running maximum)."""
+    """The charge since the last retrain never goes down (exact: the running maximum); under
+    anchored it drops at an anchor (tests/test_certificate_tight.py)."""
     X, y, head = make_head(n=300, d=6, k=3, seed=8, lam=1e-2, sigma=1.0, accounting=accounting)
     last = head.epsilon_spent
     for i in range(0, 60, 3):

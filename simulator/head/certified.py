@@ -136,7 +136,7 @@ class CertifiedHead:
 
     @property
     def cumulative_residual(self) -> float:
-        """The charge since the last (re)training (monotone between retrains)."""
+        """The charge of the released head (monotone between retrains, except at an anchor)."""
         return self._cumulative
 
     @property
