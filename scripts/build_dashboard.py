@@ -460,8 +460,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "stat",
                 6,
                 8,
-                "What the certificate charges: guo (Guo et al.'s data-dependent bound, "
-                "summed), worst, or exact (a diagnostic); and the delta it holds with.",
+                "What the certificate charges: anchored (the tight bound since the last exact "
+                "gradient, the default), guo (Guo et al.'s data-dependent bound, summed), worst, "
+                "or exact; and the delta it holds with.",
                 [
                     ("unlearn_cr_accounting_info == 1", "{{accounting}}", "none"),
                     ("unlearn_cr_delta", "delta", "sci"),

@@ -205,7 +205,9 @@ def test_bounds_dominate_exact_residual_with_reweighting(
 
     data = LocalHeadData(X, y, k, weights=base, reweigh=drift if reweigh else None)
     head = CertifiedHead(
-        data, HeadConfig(lam=lam, sigma=1.0, epsilon=1e9), rng=np.random.default_rng(seed)
+        data,
+        HeadConfig(lam=lam, sigma=1.0, epsilon=1e9, accounting="guo"),
+        rng=np.random.default_rng(seed),
     )
     pool = rng.permutation(n)
     for s in range(steps):

@@ -36,7 +36,7 @@ def test_cuda_run_matches_the_cpu_run(tmp_path: Path) -> None:
     assert gpu["accuracy_retain"] == pytest.approx(cpu["accuracy_retain"], abs=0.02)
 
 
-@pytest.mark.parametrize("accounting", ["guo", "exact"])
+@pytest.mark.parametrize("accounting", ["anchored", "guo", "exact"])
 def test_head_on_cuda_matches_numpy(accounting: str) -> None:
     from support.head_backend import run_stream, twin_heads
 

@@ -12,7 +12,7 @@ from simulator.head.backend import NumpyBackend, TorchBackend, resolve
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("accounting", ["guo", "exact"])
+@pytest.mark.parametrize("accounting", ["anchored", "guo", "exact"])
 def test_torch_cpu_head_matches_numpy(accounting: str) -> None:
     ref, other = twin_heads("torch", accounting=accounting, sigma=0.5, lam=1e-2)
     assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)

@@ -286,7 +286,8 @@ def test_removing_every_row_resets_the_head_to_zero() -> None:
 
 @pytest.mark.parametrize("accounting", ["guo", "worst", "exact"])
 def test_epsilon_spent_is_monotone_between_retrains(accounting) -> None:
-    """The charge since the last retrain never goes down (exact: the running maximum)."""
+    """The charge since the last retrain never goes down (exact: the running maximum); under
+    anchored it drops at an anchor (tests/test_certificate_tight.py)."""
     X, y, head = make_head(n=300, d=6, k=3, seed=8, lam=1e-2, sigma=1.0, accounting=accounting)
     last = head.epsilon_spent
     for i in range(0, 60, 3):
@@ -302,21 +303,41 @@ def test_epsilon_spent_is_monotone_between_retrains(accounting) -> None:
 
 
 def test_charge_per_accounting_mode() -> None:
-    from simulator.head.accounting import charge
+    from simulator.head.accounting import anchor, charge
+    from simulator.head.certificate import StepResiduals
 
-    assert charge("guo", previous=1.0, worst=5.0, data=2.0, exact=0.5).cumulative == 3.0
-    assert charge("worst", previous=1.0, worst=5.0, data=2.0, exact=0.5).cumulative == 6.0
-    up = charge("exact", previous=1.0, worst=5.0, data=2.0, exact=1.5)
-    down = charge("exact", previous=1.0, worst=5.0, data=2.0, exact=0.5)
+    def residuals(exact: float | None) -> StepResiduals:
+        return StepResiduals(worst=5.0, data=2.0, tight=0.25, exact=exact)
+
+    assert charge("guo", previous=1.0, residuals=residuals(0.5)).cumulative == 3.0
+    assert charge("worst", previous=1.0, residuals=residuals(0.5)).cumulative == 6.0
+    assert charge("anchored", previous=1.0, residuals=residuals(None)).cumulative == 1.25
+    up = charge("exact", previous=1.0, residuals=residuals(1.5))
+    down = charge("exact", previous=1.0, residuals=residuals(0.5))
     assert (up.charged, up.cumulative) == (1.5, 1.5)
     assert (down.charged, down.cumulative) == (0.5, 1.0)  # the charge stays monotone
+    assert (anchor(residuals(0.5)).charged, anchor(residuals(0.5)).cumulative) == (0.5, 0.5)
     with pytest.raises(InputError):
-        charge("exact", previous=0.0, worst=1.0, data=1.0, exact=None)
+        charge("exact", previous=0.0, residuals=residuals(None))
+    with pytest.raises(InputError):
+        anchor(residuals(None))
 
 
 def test_guo_accounting_needs_no_exact_residual() -> None:
     """Under guo accounting with report_exact off no gradient round is made after the step."""
-    X, y, head = make_head(n=200, d=5, k=3, seed=2, lam=1e-2, sigma=1.0, report_exact=False)
+    X, y, head = make_head(
+        n=200, d=5, k=3, seed=2, lam=1e-2, sigma=1.0, report_exact=False, accounting="guo"
+    )
     r = head.remove([4, 5])
     assert r.residual_exact is None and "exact" not in r.timings
     assert r.charged == r.residual_data
+
+
+def test_anchored_accounting_charges_the_tight_bound_without_a_pass() -> None:
+    """The default (anchored) with report_exact off and room in the budget: no gradient round,
+    the tight bound is charged, and it is below Guo et al.'s data-dependent bound."""
+    X, y, head = make_head(n=200, d=5, k=3, seed=2, lam=1e-2, sigma=1.0, report_exact=False)
+    assert head.config.accounting == "anchored"
+    r = head.remove([4, 5])
+    assert r.residual_exact is None and "exact" not in r.timings and not r.anchored
+    assert r.charged == r.residual_tight < r.residual_data

@@ -31,7 +31,9 @@ def heads(n, d, k, seed, **cfg):
 )
 def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     tol = 1e-8
-    X, y, (warm, cold) = heads(n, d, k, seed, lam=lam, tol=tol, sigma=1.0, epsilon=1e-3)
+    X, y, (warm, cold) = heads(
+        n, d, k, seed, lam=lam, tol=tol, sigma=1.0, epsilon=1e-3, accounting="guo"
+    )
     ids = np.random.default_rng(seed).choice(n, size=12, replace=False).tolist()
     reports_w = [warm.remove([i]) for i in ids]
     reports_c = [cold.remove([i]) for i in ids]

@@ -171,13 +171,13 @@ METRICS: tuple[MetricDef, ...] = (
     ),
     _g(
         "cr_residual_cumulative",
-        "Charge since the last (re)training under the accounting in use (monotone until a "
-        "retrain).",
+        "Charge of the released head under the accounting in use (monotone until a retrain, "
+        "except under anchored, where an exact pass lowers it to the measured residual).",
     ),
     *_gauges(
         (),
         cr_residual_budget="Residual budget sigma * epsilon / c.",
-        cr_budget_used_ratio="Charge since the last retrain / budget.",
+        cr_budget_used_ratio="Charge of the released head / budget.",
         cr_epsilon_spent="Epsilon spent since the last retrain, c * charge / sigma (holds with "
         "cr_delta).",
         cr_epsilon_target="Target epsilon of the certificate.",
@@ -185,7 +185,7 @@ METRICS: tuple[MetricDef, ...] = (
     ),
     _g(
         "cr_accounting_info",
-        "1 for the accounting mode in use (guo, worst or exact).",
+        "1 for the accounting mode in use (anchored, guo, worst or exact).",
         "accounting",
     ),
     _g(

@@ -17,6 +17,7 @@ the clients that remain (see :mod:`simulator.runner.resilience`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -135,6 +136,10 @@ class FederatedHeadData(HeadShape):
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
         """Delete ``ids`` on their owning clients; the sum of the removed rows' statistics.
 
+        The step's bounds multiply by the largest weight of *every* retained row, since their
+        remainder sums over all clients' rows: ``max_weight`` covers the clients that were not
+        asked as well (each reports its own, which a deletion elsewhere does not change).
+
         Raises
         ------
         InputError
@@ -148,13 +153,15 @@ class FederatedHeadData(HeadShape):
         self.last_routing = {cid: len(g) for cid, g in groups.items()}
         if self._fanout is not None:
             answers = self._fanout.delete(groups, W=W, W_ref=W_ref)
-            return combine_deletions([answers[cid] for cid in sorted(groups)])
-        parts = [self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())]
-        return combine_deletions(parts)
+            parts = [answers[cid] for cid in sorted(groups)]
+        else:
+            parts = [self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())]
+        combined = combine_deletions(parts)
+        return replace(combined, max_weight=max(combined.max_weight, self.max_weight()))
 
 
 def combine_deletions(parts: Sequence[DeletionStatistics]) -> DeletionStatistics:
-    """Sum the clients' answers to one deletion batch."""
+    """Sum the clients' answers to one deletion batch (``max_weight``: over these clients)."""
     if not parts:
         raise InputError("no client answered the deletion")
     reweighted = [p.reweighted for p in parts if p.reweighted is not None]

@@ -6,13 +6,26 @@ error and summing (triangle inequality: the error carried from earlier steps sta
 gradient, ``docs/certified-head.md``). Their reference code charges the data-dependent bound
 (Corollary 1) and retrains when the sum would exceed the budget. Modes:
 
-* ``guo``: charge the step's data-dependent bound; the charge is the running sum since the
-  last (re)training, which starts at the training residual;
+* ``anchored`` (default): charge the step's tight bound (``certificate.py``), summed since the
+  last *anchor*: a point where the exact gradient of the released head is known (training, or
+  one exact pass over the retained rows). The known gradient enters the next Newton step, which
+  corrects it, so the sum restarts there. When the sum would cross the budget, one exact pass at
+  the new head re-anchors (the charge becomes its exact residual) before a retrain is
+  considered; where the exact residual is measured anyway (``report_exact``) every step is an
+  anchor;
+* ``guo``: charge the step's data-dependent bound (Guo et al.'s constants); the charge is the
+  running sum since the last (re)training, which starts at the training residual;
 * ``worst``: the same with the data-independent worst-case bound (Theorem 1);
 * ``exact``: charge the exact residual of the released head, which already contains every
-  earlier step's error (never summed). The charge reported is the running maximum since the
-  last (re)training, so that it is monotone like the others. A diagnostic only: retraining on
-  the realised residual makes the decision depend on ``b``, which the theorem does not cover.
+  earlier step's error (never summed); one pass per removal. The charge reported is the running
+  maximum since the last (re)training.
+
+Every mode's retrain decision depends on the noise ``b`` (the bounds and the exact residual are
+functions of ``W``, which depends on ``b``; ``worst`` only through ``||W||`` and the reference
+gap). Under the reading of Guo et al.'s Theorem 3 that their paper and code use (the residual of
+the realised model) all four are sound; under the strict reading (a ``b``-dependent decision
+makes the release a mixture) none is exactly, ``worst`` comes closest
+(``docs/certified-head.md``, "Two readings of Guo et al.'s Theorem 3").
 """
 
 from __future__ import annotations
@@ -27,15 +40,20 @@ from simulator.head.config import Accounting
 
 @dataclass(frozen=True)
 class Charge:
-    """``charged``: this removal's charge; ``cumulative``: the charge since the last retrain."""
+    """``charged``: this removal's charge; ``cumulative``: the charge of the released head."""
 
     charged: float
     cumulative: float
 
 
 def _summed(previous: float, step: float) -> Charge:
-    """``guo`` and ``worst``: the step's bound adds to the charge (triangle inequality)."""
+    """The step's bound adds to the charge (triangle inequality)."""
     return Charge(step, previous + step)
+
+
+def _charge_tight(previous: float, residuals: StepResiduals) -> Charge:
+    """``anchored``: the tight bound, summed since the last anchor."""
+    return _summed(previous, residuals.tight)
 
 
 def _charge_data(previous: float, residuals: StepResiduals) -> Charge:
@@ -55,6 +73,13 @@ def _charge_exact(previous: float, residuals: StepResiduals) -> Charge:
     return Charge(residuals.exact, max(previous, residuals.exact))
 
 
+def anchor(residuals: StepResiduals) -> Charge:
+    """``anchored`` at an exact pass: the charge is the released head's exact residual."""
+    if residuals.exact is None:
+        raise InputError("an anchor needs the exact residual")
+    return Charge(residuals.exact, residuals.exact)
+
+
 @dataclass(frozen=True)
 class AccountingRule:
     """What one accounting mode does (module docstring).
@@ -63,16 +88,20 @@ class AccountingRule:
     ----------
     charge : ``(previous charge, step residuals) -> Charge``.
     knows_gradient : whether the exact gradient of the current head (the ``carried`` term of
-        :mod:`simulator.head.certified`) is known and enters the Newton step and its bounds;
-        only ``exact`` measures it, the others bound it by the charge so far.
+        :mod:`simulator.head.certified`) is measured after every step and enters the next
+        Newton step (``exact``); the others bound it by the charge so far.
+    anchors : whether an exact gradient, where one is known, replaces the charge and enters
+        the next step (``anchored``).
     """
 
     charge: Callable[[float, StepResiduals], Charge]
     knows_gradient: bool
+    anchors: bool = False
 
 
 #: The accounting modes (:data:`simulator.head.config.ACCOUNTING_MODES`).
 RULES: dict[Accounting, AccountingRule] = {
+    "anchored": AccountingRule(_charge_tight, knows_gradient=False, anchors=True),
     "guo": AccountingRule(_charge_data, knows_gradient=False),
     "worst": AccountingRule(_charge_worst, knows_gradient=False),
     "exact": AccountingRule(_charge_exact, knows_gradient=True),
@@ -83,22 +112,20 @@ def charge(
     accounting: Accounting,
     *,
     previous: float,
-    worst: float,
-    data: float,
-    exact: float | None,
+    residuals: StepResiduals,
 ) -> Charge:
-    """The charge of one removal given the charge so far (module docstring).
+    """The charge of one removal given the charge so far, before any anchor (module docstring).
 
     Parameters
     ----------
     accounting : the mode (a key of :data:`RULES`).
-    previous : the charge since the last (re)training before this removal.
-    worst, data : this step's worst-case and data-dependent bounds (stacked norms).
-    exact : the exact residual of the head after the step (needed by ``exact``).
+    previous : the charge of the head before this removal (0 after an anchor whose gradient
+        entered this step).
+    residuals : this step's bounds and, where measured, the exact residual after it.
 
     Returns
     -------
     Charge
-        This removal's charge and the charge since the last (re)training.
+        This removal's charge and the charge of the head it releases.
     """
-    return RULES[accounting].charge(previous, StepResiduals(worst, data, exact))
+    return RULES[accounting].charge(previous, residuals)

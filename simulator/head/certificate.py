@@ -28,6 +28,19 @@ most 1 and sample weights at most ``a_max``:
       r <= gamma a_max n' (||w_ref - w|| + U) U + ||e||,   U = G / (lam n')
 
   where ``G`` bounds ``||g||`` from the batch size, ``C``, ``||w||`` and the weight changes only.
+
+Both keep Guo et al.'s constants (``gamma = 1/4``, the whole step ``||u||`` beside the gap) so
+that the ``guo`` and ``worst`` accounting modes reproduce their paper. The tight bound charged
+by ``anchored`` accounting (``docs/certified-head.md``, "The tight bound", with its proof) uses
+the smallest constant ``gamma* = max |l'''| = 1/(6 sqrt 3)``, the factor 1/2 that the integral
+over the step gives, and projections through the Gram matrix ``X'^T X'`` of the retained rows
+(Cauchy-Schwarz over the rows) instead of spectral norms::
+
+      r <= gamma* a_max ||X' u|| (||X' (w_ref - w)|| + ||X' u|| / 2) + ||e||
+
+It is never larger than the data-dependent bound (``gamma* < gamma``, ``||X' v|| <=
+||X'||_2 ||v||``) nor the worst case (``||X' v|| <= sqrt(n') ||v||``, ``||u|| <= U``).
+In a federation ``a_max`` is the largest weight over every client's retained rows.
 """
 
 from __future__ import annotations
@@ -44,6 +57,9 @@ FloatArray = NDArray[np.float64]
 
 #: Lipschitz constant of the logistic loss's second derivative used by Guo et al.
 GAMMA_LOGISTIC = 0.25
+#: The smallest such constant: ``max_s |l'''(s)| = 1 / (6 sqrt 3)``,
+#: reached where ``sigmoid(s) = (3 +- sqrt 3) / 6`` (the tight bound's ``gamma*``).
+GAMMA_LOGISTIC_TIGHT = 1.0 / (6.0 * math.sqrt(3.0))
 #: Bound on the per-sample loss-gradient norm for logistic loss with ``||x|| <= 1``.
 C_LOGISTIC = 1.0
 
@@ -95,12 +111,13 @@ class StepResiduals:
     """One removal step's residual, bounded and measured (stacked norms, ``certificate.py``).
 
     ``worst`` is the data-independent bound (Guo et al. Theorem 1), ``data`` the data-dependent
-    one (Corollary 1), ``exact`` the exact residual of the head after the step (None when it
-    was not computed).
+    one (Corollary 1), ``tight`` the tight bound (module docstring, third formula), ``exact``
+    the exact residual of the head after the step (None when it was not computed).
     """
 
     worst: float
     data: float
+    tight: float
     exact: float | None
 
 
@@ -129,6 +146,28 @@ def data_dependent_bound(
         * spectral_norm
         * (terms.reference_gaps + step_norms)
         * projected_norms
+        + terms.solve_residuals
+    )
+
+
+def tight_bound(
+    terms: StepTerms, *, projected_gaps: FloatArray, projected_norms: FloatArray
+) -> FloatArray:
+    """Per-class tight residual bounds (K,) (module docstring, third formula).
+
+    ``gamma* a_max ||X' u|| (||X' (w_ref - w)|| + ||X' u|| / 2) + ||e||``: the mean-value
+    remainder bounded row by row, then Cauchy-Schwarz over the rows (proof in
+    ``docs/certified-head.md``). ``terms.gamma`` must be at least the largest third derivative
+    of the loss (:data:`GAMMA_LOGISTIC_TIGHT`) and the rows must have norm at most 1.
+
+    Parameters
+    ----------
+    terms : the solve residuals, ``a_max`` (over every client's retained rows) and gamma.
+    projected_gaps : ``||X' (w_ref,k - w_k)||``.
+    projected_norms : ``||X' u_k||``.
+    """
+    return (
+        terms.gamma * terms.max_weight * projected_norms * (projected_gaps + 0.5 * projected_norms)
         + terms.solve_residuals
     )
 

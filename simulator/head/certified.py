@@ -14,8 +14,9 @@ change for every retained row), so the gradient is
 
     g = carried - removed.gradient - lam * m * W + reweighted.gradient
 
-where ``carried`` is the exactly known gradient of the current model (only under ``exact``
-accounting; otherwise it is bounded by the charge so far). The aggregate Hessian is kept at a
+where ``carried`` is the exactly known gradient of the current model: under ``exact``
+accounting after every step, under ``anchored`` right after an anchor (training or an exact
+pass); otherwise it is bounded by the charge so far. The aggregate Hessian is kept at a
 reference head ``W_ref`` and downdated by the removed rows and the weight changes, both
 evaluated at ``W_ref``; it is rebuilt over all retained rows only at (re)training, on
 ``refresh_every`` or in ``hessian_mode="rebuild"`` (the naive reference path).
@@ -34,9 +35,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
-from simulator.head.accounting import RULES, Charge
+from simulator.head.accounting import RULES, Charge, anchor
 from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
+    GAMMA_LOGISTIC_TIGHT,
     StepResiduals,
     StepTerms,
     certificate_constant,
@@ -44,6 +46,7 @@ from simulator.head.certificate import (
     epsilon_spent,
     removal_gradient_bound,
     stacked_norm,
+    tight_bound,
     worst_case_bound,
 )
 from simulator.head.config import HeadConfig, RemovalReport
@@ -70,8 +73,8 @@ from simulator.threads import all_blas_threads, single_threaded_blas
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
 SMALL_BATCH = 64
-#: Version of :meth:`CertifiedHead.state_dict`'s layout.
-STATE_VERSION = 1
+#: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``).
+STATE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,15 @@ class StepOutcome:
 
     The step's ``residuals`` (zero bounds and the retrained head's residual when the rows were
     retrained away instead), what it ``charged`` (0 then), why the head was retrained
-    (``budget``, ``method``, ``empty``; None when the step was released) and the refinements
-    of the step's solve.
+    (``budget``, ``method``, ``empty``; None when the step was released), the refinements
+    of the step's solve, and whether its exact residual re-anchored the charge (``anchored``).
     """
 
     residuals: StepResiduals
     charged: float
     retrain_reason: str | None
     solver_iterations: int
+    anchored: bool = False
 
 
 class CertifiedHead:
@@ -132,7 +136,7 @@ class CertifiedHead:
 
     @property
     def cumulative_residual(self) -> float:
-        """The charge since the last (re)training (monotone between retrains)."""
+        """The charge of the released head (monotone between retrains, except at an anchor)."""
         return self._cumulative
 
     @property
@@ -173,6 +177,7 @@ class CertifiedHead:
             "W_ref": bk.to_numpy(self._W_ref).copy(),
             "b": bk.to_numpy(self._b).copy(),
             "carried": bk.to_numpy(self._carried).copy(),
+            "anchor_fresh": bool(self._anchor_fresh),
             "cumulative": float(self._cumulative),
             "spectral": float(self._spectral),
             "since_refresh": int(self._since_refresh),
@@ -209,6 +214,8 @@ class CertifiedHead:
         self._W_ref = bk.asarray(np.asarray(state["W_ref"], dtype=np.float64))
         self._b = bk.asarray(np.asarray(state["b"], dtype=np.float64))
         self._carried = bk.asarray(np.asarray(state["carried"], dtype=np.float64))
+        # version 1 had no anchors: its carried gradient is not known to be current
+        self._anchor_fresh = bool(state.get("anchor_fresh", False))
         self._cumulative = float(state["cumulative"])
         self._spectral = float(state["spectral"])
         self._since_refresh = int(state["since_refresh"])
@@ -266,6 +273,7 @@ class CertifiedHead:
         self._spectral = _spectral_upper_bound(gram, self._bk)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
+        self._anchor_fresh = True
         self._since_refresh = 0
         self._warm_start_ok = True
         self.model_version += 1
@@ -285,6 +293,7 @@ class CertifiedHead:
         self._spectral = 0.0
         self._cumulative = 0.0
         self._carried = bk.zeros((d, k))
+        self._anchor_fresh = False
         self._since_refresh = 0
         self._warm_start_ok = False  # the identity is no preconditioner: train cold
         self.model_version += 1
@@ -355,12 +364,46 @@ class CertifiedHead:
         with _timed(timings, "bounds"):
             bounds = self._step_bounds(delta, solved, len(ids), retained)
         residuals, grad_new = self._with_exact(bounds, W_new, timings)
-        step = RULES[self.config.accounting].charge(self._cumulative, residuals)
+        step, residuals, grad_new = self._charge(residuals, W_new, grad_new, timings)
         self.removals += 1
         reason = self._settle(step, W_new, grad_new, timings)
         timings["total"] = time.perf_counter() - t0
-        outcome = StepOutcome(residuals, step.charged, reason, solved.refinements)
+        anchored = RULES[self.config.accounting].anchors and grad_new is not None
+        outcome = StepOutcome(residuals, step.charged, reason, solved.refinements, anchored)
         return self._report(ids, outcome, timings)
+
+    def _folds_carried(self) -> bool:
+        """Whether the exact gradient of the current head enters the next step (``carried``)."""
+        rule = RULES[self.config.accounting]
+        return rule.knows_gradient or (rule.anchors and self._anchor_fresh)
+
+    def _charge(
+        self,
+        residuals: StepResiduals,
+        W_new: Array,
+        grad_new: Array | None,
+        timings: dict[str, float],
+    ) -> tuple[Charge, StepResiduals, Array | None]:
+        """The step's charge under the accounting mode (:mod:`simulator.head.accounting`).
+
+        A step that corrected the carried gradient starts the sum afresh. ``anchored``
+        re-anchors at the exact residual of ``W_new`` where it is known, and makes the exact
+        pass itself (timed as ``exact``) when the summed charge would cross the budget.
+        """
+        rule = RULES[self.config.accounting]
+        previous = 0.0 if rule.anchors and self._anchor_fresh else self._cumulative
+        step = rule.charge(previous, residuals)
+        if not rule.anchors:
+            return step, residuals, grad_new
+        if grad_new is None and step.cumulative > self.budget:
+            with _timed(timings, "exact"):
+                grad_new = self._gradient_exact(W_new)
+            residuals = dataclasses.replace(
+                residuals, exact=stacked_norm(self._norms(grad_new))
+            )
+        if grad_new is None:
+            return step, residuals, None
+        return anchor(residuals), residuals, grad_new
 
     def _refresh_if_due(self) -> None:
         """Rebuild the incremental Hessian every ``refresh_every`` removals (0: never)."""
@@ -377,11 +420,11 @@ class CertifiedHead:
     def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
         """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
 
-        ``carried`` enters only where the accounting knows it (``exact``); otherwise the charge
-        so far bounds it.
+        ``carried`` enters only where it is known (``exact``, ``anchored`` after an anchor);
+        otherwise the charge so far bounds it.
         """
         g = -delta.removed_gradient - self.config.lam * m * self._W
-        if RULES[self.config.accounting].knows_gradient:
+        if self._folds_carried():
             g = g + self._carried
         if delta.reweighted is not None:
             g = g + delta.reweighted.gradient
@@ -426,7 +469,7 @@ class CertifiedHead:
             max_weight=delta.max_weight,
             weight_change_l1=delta.weight_change_l1,
         )
-        if RULES[cfg.accounting].knows_gradient:
+        if self._folds_carried():
             gradient_bounds = gradient_bounds + self._norms(self._carried)
         terms = StepTerms(
             reference_gaps=self._norms(self._W_ref - self._W),
@@ -436,15 +479,30 @@ class CertifiedHead:
         worst = worst_case_bound(
             terms, gradient_bounds=gradient_bounds, retained=retained, lam=cfg.lam
         )
-        # ||X' u||^2 = u^T (X'^T X') u from the Gram matrix kept current by downdates
-        quadratic = self._bk.to_numpy(self._gram.quadratic(solved.step))
+        projected_steps = self._projected_norms(solved.step)
         data = data_dependent_bound(
             terms,
             spectral_norm=self._spectral,
             step_norms=self._norms(solved.step),
-            projected_norms=np.sqrt(np.maximum(quadratic, 0.0)),
+            projected_norms=projected_steps,
         )
-        return StepResiduals(worst=stacked_norm(worst), data=stacked_norm(data), exact=None)
+        tight = tight_bound(
+            dataclasses.replace(terms, gamma=GAMMA_LOGISTIC_TIGHT),
+            projected_gaps=self._projected_norms(self._W_ref - self._W),
+            projected_norms=projected_steps,
+        )
+        return StepResiduals(
+            worst=stacked_norm(worst),
+            data=stacked_norm(data),
+            tight=stacked_norm(tight),
+            exact=None,
+        )
+
+    def _projected_norms(self, U: Array) -> FloatArray:
+        """``||X' u_k||`` per column, as ``sqrt(u_k^T (X'^T X') u_k)`` from the Gram matrix
+        kept current by downdates (``O(d^2 K)``, no pass over the rows)."""
+        quadratic = self._bk.to_numpy(self._gram.quadratic(U))
+        return np.sqrt(np.maximum(quadratic, 0.0))
 
     def _with_exact(
         self, bounds: StepResiduals, W_new: Array, timings: dict[str, float]
@@ -473,6 +531,7 @@ class CertifiedHead:
         self._cumulative = step.cumulative
         self._since_refresh += 1
         self.model_version += 1
+        self._anchor_fresh = grad_new is not None
         if grad_new is not None:
             self._carried = grad_new
         return None
@@ -484,13 +543,13 @@ class CertifiedHead:
         cfg = self.config
         retrained = outcome.retrain_reason is not None
         residuals = outcome.residuals
-        worst, data, exact = residuals.worst, residuals.data, residuals.exact
         return RemovalReport(
             sample_ids=tuple(ids),
             accounting=cfg.accounting,
-            residual_worst=worst,
-            residual_data=data,
-            residual_exact=exact,
+            residual_worst=residuals.worst,
+            residual_data=residuals.data,
+            residual_tight=residuals.tight,
+            residual_exact=residuals.exact,
             charged=outcome.charged,
             cumulative=self._cumulative,
             budget=self.budget,
@@ -504,6 +563,7 @@ class CertifiedHead:
             solver_iterations=outcome.solver_iterations,
             retrain_iterations=self.last_fit_iterations if retrained else 0,
             retrain_newton_iterations=self.last_fit_newton_iterations if retrained else 0,
+            anchored=not retrained and outcome.anchored,
             timings=timings,
         )
 
@@ -515,7 +575,7 @@ class CertifiedHead:
         self.removals += 1
         self.retrains += 1
         seconds = self._fit(reason)
-        outcome = StepOutcome(StepResiduals(0.0, 0.0, self._cumulative), 0.0, reason, 0)
+        outcome = StepOutcome(StepResiduals(0.0, 0.0, 0.0, self._cumulative), 0.0, reason, 0)
         return self._report(ids, outcome, {"retrain": seconds, "total": time.perf_counter() - t0})
 
     def remove_sequentially(self, ids: Sequence[int]) -> list[RemovalReport]:

@@ -3,14 +3,15 @@
 With loss perturbation ``b ~ N(0, sigma^2 I)`` and ``c = sqrt(2 ln(1.5 / delta))``:
 
 * the residual budget is ``eps' = sigma * epsilon / c`` (Theorem 3 solved for ``eps'``);
-* the charge ``beta`` since the last retrain (the L2 norm of the stacked per-class residuals,
+* the charge ``beta`` of the released head (the L2 norm of the stacked per-class residuals,
   accumulated per ``accounting``: :mod:`simulator.head.accounting`) spends
   ``epsilon(beta) = c * beta / sigma``, with one ``delta`` for the whole head;
 * the used ratio is ``beta / eps'`` (= ``epsilon(beta) / epsilon``); the head retrains before it
   would exceed 1.
 
 The residual of the last batch is reported per bound kind: ``worst`` (Guo et al. Theorem 1),
-``data`` (Corollary 1) and ``exact`` (the true gradient norm), see ``simulator.head``.
+``data`` (Corollary 1), ``tight`` (the tight bound, ``docs/certified-head.md``) and ``exact``
+(the true gradient norm), see ``simulator.head``.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from simulator.errors import InputError
 from simulator.head.certificate import epsilon_spent, residual_budget
 
 #: Bound kinds of the per-batch residual, in report order.
-BOUND_KINDS: tuple[str, ...] = ("worst", "data", "exact")
+BOUND_KINDS: tuple[str, ...] = ("worst", "data", "tight", "exact")
 
 
 @dataclass(frozen=True)
 class CertificateStatus:
     """Where the certificate stands after a batch (module docstring)."""
 
-    accounting: str = "guo"
+    accounting: str = "anchored"
     residual: dict[str, float] = field(default_factory=dict)
     cumulative: float = 0.0
     budget: float = math.nan

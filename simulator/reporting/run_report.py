@@ -321,7 +321,7 @@ def _budget_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]) 
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
     accounting = next((b["accounting"] for b in batches if "accounting" in b), "?")
     return PanelText(
-        "charge since last retrain / budget",
+        "charge of the released head / budget",
         f"certificate budget, {accounting} accounting",
         {"loc": "upper left"},
     )
@@ -332,6 +332,7 @@ def _residual_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]
         (
             ("residual_worst", "worst-case bound (step)"),
             ("residual_data", "data-dependent bound (step, charged by guo)"),
+            ("residual_tight", "tight bound (step, charged by anchored)"),
             ("residual_exact", "exact residual of the head"),
         )
     ):

@@ -25,7 +25,9 @@ def removal_fields(report: RemovalReport) -> dict[str, Any]:
         "accounting": report.accounting,
         "residual_worst": report.residual_worst,
         "residual_data": report.residual_data,
+        "residual_tight": report.residual_tight,
         "residual_exact": report.residual_exact,
+        "anchored": report.anchored,
         "charged": report.charged,
         "cumulative_residual": report.cumulative,
         "budget": report.budget,
@@ -51,6 +53,7 @@ def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any
         residual={
             "worst": report.residual_worst,
             "data": report.residual_data,
+            "tight": report.residual_tight,
             "exact": report.residual_exact,
         },
     )

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from simulator.head.config import Accounting
 from simulator.scenario._base import (
     MAX_LAYERS,
     MAX_SCALE,
@@ -30,8 +31,6 @@ from simulator.scenario._base import (
 
 #: Dependence objectives of the decorrelation weights (:mod:`simulator.features.decorrelation`).
 Objective = Literal["paper", "stablenet", "class_conditional"]
-#: What a certified removal charges to the budget (:mod:`simulator.head.accounting`).
-Accounting = Literal["guo", "worst", "exact"]
 
 
 class ModelSpec(Section):
@@ -159,7 +158,7 @@ class HeadSpec(Section):
 
     retired_keys: ClassVar[dict[str, str]] = {
         "bound": "renamed to head.accounting: guo (Guo et al.'s data-dependent bound, was "
-        "'data'), worst, or exact (a diagnostic; see docs/certified-head.md)",
+        "'data'), anchored, worst or exact (docs/certified-head.md)",
     }
 
     lam: PositiveScale = Field(default=1e-3, description="L2 regularisation lambda (times n).")
@@ -167,16 +166,18 @@ class HeadSpec(Section):
     epsilon: PositiveScale = Field(default=1.0, description="Certificate epsilon.")
     delta: float = Field(default=1e-4, gt=0, lt=1, description="Certificate delta.")
     accounting: Accounting = Field(
-        default="guo",
-        description="What is charged to the budget: guo = Guo et al.'s data-dependent bound "
-        "summed over removals (their accounting); worst = the worst-case bound; exact = the "
-        "exact residual of the current head, a DIAGNOSTIC whose retrain decision depends on "
-        "the noise b (not covered by the theorem).",
+        default="anchored",
+        description="What is charged to the budget: anchored = the tight bound summed since "
+        "the last exact gradient, one exact pass before any retrain (the default); guo = Guo et "
+        "al.'s data-dependent bound summed since the last retrain (their accounting); worst = "
+        "the worst-case bound (its decision depends on b least: only through ||w||); "
+        "exact = the exact residual of the released head after every removal.",
     )
     report_exact: bool | None = Field(
         default=None,
-        description="Also compute the exact residual after every removal (a diagnostic: the "
-        "events' residual_exact; one gradient round over all clients per batch). Default (null): "
+        description="Also compute the exact residual after every removal (the events' "
+        "residual_exact, an anchor under anchored; one gradient round over all clients per "
+        "batch). Default (null): "
         "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
     tol: PositiveScale = Field(

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError
+from simulator.head.config import Accounting
 
 #: Time of tick 0 of every generated stream.
 STREAM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -111,9 +112,10 @@ class DeletionReceipt(_Event):
     epsilon_spent: float | None = Field(
         default=None,
         ge=0,
-        description="Epsilon spent since the last retrain (monotone until the next retrain).",
+        description="Epsilon of the released head's certificate: c * charge / sigma (the "
+        "charge of head.accounting; it drops at a retrain, and under anchored at an exact pass).",
     )
-    accounting: Literal["guo", "worst", "exact"] | None = Field(
+    accounting: Accounting | None = Field(
         default=None, description="What the certificate charges (head.accounting)."
     )
     delta: float | None = Field(
