@@ -205,9 +205,7 @@ def batch_charges(head: CertifiedHead, order: np.ndarray) -> dict[str, Any]:
             "certified_without_retrain": not real.retrained,
             "anchored": real.anchored,
             "charged": real.charged,
-            "budget_used_ratio": (
-                real.cumulative / head.budget if not real.retrained else None
-            ),
+            "budget_used_ratio": (real.cumulative / head.budget if not real.retrained else None),
             "bounds": {
                 "worst": probe.residual_worst,
                 "data": probe.residual_data,
@@ -463,9 +461,7 @@ def main() -> None:
     for m in BATCHES:
         b = next(iter(modes.values()))["batches"].get(str(m))
         if b is not None:
-            bounds.add_row(
-                f"{m:,}", *(f"{b['bounds'][k] / fresh.budget:.3g}" for k in b["bounds"])
-            )
+            bounds.add_row(f"{m:,}", *(f"{b['bounds'][k] / fresh.budget:.3g}" for k in b["bounds"]))
     console.print(bounds)
     console.print(
         f"one exact Hessian build: {build['seconds']:.2f} s "

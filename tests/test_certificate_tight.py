@@ -171,7 +171,8 @@ def test_anchor_charges_the_exact_residual_and_restarts_the_sum() -> None:
     budget = probe.exact_residual() + 5 * step
     epsilon = budget / probe.budget * 1e9
     head = CertifiedHead(
-        LocalHeadData(X, y, 3), anchored(lam=1e-3, sigma=1.0, epsilon=epsilon),
+        LocalHeadData(X, y, 3),
+        anchored(lam=1e-3, sigma=1.0, epsilon=epsilon),
         rng=np.random.default_rng(0),
     )
     anchors = 0

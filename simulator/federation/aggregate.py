@@ -155,7 +155,9 @@ class FederatedHeadData(HeadShape):
             answers = self._fanout.delete(groups, W=W, W_ref=W_ref)
             parts = [answers[cid] for cid in sorted(groups)]
         else:
-            parts = [self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())]
+            parts = [
+                self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())
+            ]
         combined = combine_deletions(parts)
         return replace(combined, max_weight=max(combined.max_weight, self.max_weight()))
 

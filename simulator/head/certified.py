@@ -398,9 +398,7 @@ class CertifiedHead:
         if grad_new is None and step.cumulative > self.budget:
             with _timed(timings, "exact"):
                 grad_new = self._gradient_exact(W_new)
-            residuals = dataclasses.replace(
-                residuals, exact=stacked_norm(self._norms(grad_new))
-            )
+            residuals = dataclasses.replace(residuals, exact=stacked_norm(self._norms(grad_new)))
         if grad_new is None:
             return step, residuals, None
         return anchor(residuals), residuals, grad_new
@@ -499,8 +497,10 @@ class CertifiedHead:
         )
 
     def _projected_norms(self, U: Array) -> FloatArray:
-        """``||X' u_k||`` per column, as ``sqrt(u_k^T (X'^T X') u_k)`` from the Gram matrix
-        kept current by downdates (``O(d^2 K)``, no pass over the rows)."""
+        """``||X' u_k||`` per column, from the Gram matrix kept current by downdates.
+
+        ``sqrt(u_k^T (X'^T X') u_k)``: ``O(d^2 K)``, no pass over the rows.
+        """
         quadratic = self._bk.to_numpy(self._gram.quadratic(U))
         return np.sqrt(np.maximum(quadratic, 0.0))
 
