@@ -19,7 +19,7 @@ def make(**overrides: Any) -> Dataset:
     y = np.array([0, 1, 0, 1], dtype=np.int64)
     kwargs: dict[str, Any] = dict(
         name="t", x_train=x, y_train=y, x_test=x, y_test=y, num_classes=2,
-        modality="tabular", class_names=("a", "b"),
+        modality="tabular", class_names=("a", "b"), class_labels=(0, 1),
     )  # fmt: skip
     kwargs.update(overrides)
     return Dataset(**kwargs)

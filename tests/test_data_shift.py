@@ -22,7 +22,8 @@ def image_dataset(n: int = 40, side: int = 6) -> Dataset:
     rng = np.random.default_rng(0)
     x = rng.random((n, side * side)).astype(np.float32)
     y = (np.arange(n) % 3).astype(np.int64)
-    return Dataset("img", x, y, x, y, 3, "image", ("a", "b", "c"), image_shape=(1, side, side))
+    names, labels = ("a", "b", "c"), (0, 1, 2)
+    return Dataset("img", x, y, x, y, 3, "image", names, labels, image_shape=(1, side, side))
 
 
 @settings(max_examples=50, deadline=None)
@@ -132,7 +133,9 @@ def test_apply_shift_kinds() -> None:
     half = apply_shift(ds.x_test, ds.y_test, kind="class_prior", severity=0.5, dataset=ds, rng=rng)
     counts = np.bincount(half.y, minlength=3)
     assert counts[0] > 2 * counts[1] and counts[1] == counts[2]
-    tab = Dataset("tab", ds.x_test, ds.y_test, ds.x_test, ds.y_test, 3, "tabular", ("a", "b", "c"))
+    tab = Dataset(
+        "tab", ds.x_test, ds.y_test, ds.x_test, ds.y_test, 3, "tabular", ("a", "b", "c"), (0, 1, 2)
+    )
     with pytest.raises(InputError, match="rotation needs images"):
         apply_shift(tab.x_test, tab.y_test, kind="rotation", severity=0.5, dataset=tab, rng=rng)
     with pytest.raises(InputError, match="class_prior severity"):

@@ -137,6 +137,9 @@ SHORT = {
         "model.rounds=1",
         "rff.dim=64",
         "decorrelation.steps=10",
+        # 30 ticks at rate 8 would leave no subject 4 "not too happy" rows of the 1,200, and
+        # the class purge that follows would generate nothing (an error)
+        "stream.phases.0.rate=2",
     ],
     "sentiment.yaml": [
         "data.max_train=600",

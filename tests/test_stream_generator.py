@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from simulator.errors import InputError
+from simulator.errors import ConfigError, InputError
 from simulator.scenario import StreamSpec
 from simulator.stream import (
     STREAM_EPOCH,
@@ -37,12 +37,20 @@ def shards(
     return list(parts), labels
 
 
-def run(stream: StreamSpec, n: int = 600, clients: int = 4, classes: int = 3, seed: int = 1):
+def run(
+    stream: StreamSpec,
+    n: int = 600,
+    clients: int = 4,
+    classes: int = 3,
+    seed: int = 1,
+    class_labels: tuple[int, ...] | None = None,
+):
     client_indices, labels = shards(n, clients, classes)
     requests = generate_stream(
         stream,
         client_indices=client_indices,
         labels=labels,
+        class_labels=tuple(range(classes)) if class_labels is None else class_labels,
         scenario_name="demo",
         rng=np.random.default_rng(seed),
     )
@@ -180,12 +188,79 @@ def test_a_dry_pool_gives_fewer_but_full_requests() -> None:
         stream,
         client_indices=client_indices,
         labels=labels,
+        class_labels=(0, 1),
         scenario_name="dry",
         rng=np.random.default_rng(0),
     )
     assert len(requests) == 2
     named = sorted(i for r in requests for i in (r.sample_ids or []))
     assert len(named) == 4 and set(named) < {1, 2, 3, 4, 5}
+
+
+def test_a_class_target_names_a_source_label_not_an_index() -> None:
+    # task classes in the order [7, 0, 6, 2]: index 2 is source label 6
+    labels = np.array([0, 1, 2, 3, 2, 2, 0, 1], dtype=np.int64)
+    target = {"kind": "class", "class_id": 6}
+    stream = spec([{"name": "shirts", "ticks": 1, "rate": 0, "burst": {"every": 1, "size": 3},
+                    "target": target}])  # fmt: skip
+    requests = generate_stream(
+        stream,
+        client_indices=[np.arange(8, dtype=np.int64)],
+        labels=labels,
+        class_labels=(7, 0, 6, 2),
+        scenario_name="shirts",
+        rng=np.random.default_rng(0),
+        subjects=subject_registry([np.arange(8, dtype=np.int64)], 8, rows_per_subject=1),
+    )
+    assert sorted(i for r in requests for i in r.sample_ids or []) == [2, 4, 5]
+
+
+def test_an_unknown_class_id_is_refused_naming_the_key() -> None:
+    target = {"kind": "class", "class_id": 9}
+    stream = spec([{"name": "p", "ticks": 1, "rate": 1}, {"name": "q", "ticks": 1, "rate": 1,
+                   "target": target}])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"stream\.phases\.1\.target\.class_id: class id 9"):
+        generate_stream(
+            stream,
+            client_indices=[np.arange(4, dtype=np.int64)],
+            labels=np.array([0, 1, 0, 1], dtype=np.int64),
+            class_labels=(3, 8),
+            scenario_name="x",
+            rng=np.random.default_rng(0),
+        )
+
+
+def test_a_phase_that_generates_no_request_is_an_error_naming_it() -> None:
+    # class 8 (index 1) lives only on client 1, which withdrew at tick 0
+    stream = spec(
+        [
+            {"name": "warmup", "ticks": 1, "rate": 0},
+            {"name": "eights", "ticks": 3, "rate": 2, "target": {"kind": "class", "class_id": 8}},
+        ],
+        withdrawals=[{"client": 1, "at": 0}],
+    )
+    with pytest.raises(ConfigError, match=r"stream\.phases\.1: phase 'eights' generated no"):
+        generate_stream(
+            stream,
+            client_indices=[np.array([0, 1], dtype=np.int64), np.array([2, 3], dtype=np.int64)],
+            labels=np.array([0, 0, 1, 1], dtype=np.int64),
+            class_labels=(3, 8),
+            scenario_name="x",
+            rng=np.random.default_rng(0),
+        )
+    # a quiet phase (rate 0, no burst) asks for nothing and is no error
+    quiet = spec([{"name": "quiet", "ticks": 3, "rate": 0}])
+    assert (
+        generate_stream(
+            quiet,
+            client_indices=[np.array([0, 1], dtype=np.int64)],
+            labels=np.array([0, 1], dtype=np.int64),
+            class_labels=(3, 8),
+            scenario_name="x",
+            rng=np.random.default_rng(0),
+        )
+        == []
+    )
 
 
 def test_batches_group_by_tick_then_chunk() -> None:
@@ -205,7 +280,7 @@ def test_batches_group_by_tick_then_chunk() -> None:
 def test_bad_shards_are_input_errors() -> None:
     stream = spec([{"name": "p", "ticks": 1, "rate": 1}])
     labels = np.zeros(5, dtype=np.int64)
-    kwargs: dict[str, Any] = {"labels": labels, "scenario_name": "x"}
+    kwargs: dict[str, Any] = {"labels": labels, "class_labels": (0,), "scenario_name": "x"}
     rng = np.random.default_rng(0)
     overlapping = [np.array([0, 1]), np.array([1, 2])]
     with pytest.raises(InputError, match="shares"):
@@ -226,6 +301,7 @@ def test_bad_shards_are_input_errors() -> None:
             stream,
             client_indices=[np.array([0])],
             labels=np.zeros((2, 2)),  # type: ignore[arg-type]
+            class_labels=(0,),
             scenario_name="x",
             rng=rng,
         )
@@ -261,12 +337,25 @@ def stream_cases(draw: st.DrawFn) -> tuple[StreamSpec, int, int, int]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(case=stream_cases(), seed=st.integers(0, 2**32 - 1))
+@given(case=stream_cases(), seed=st.integers(0, 2**32 - 1), order=st.randoms())
 def test_stream_invariants_hold_for_random_specs(
-    case: tuple[StreamSpec, int, int, int], seed: int
+    case: tuple[StreamSpec, int, int, int], seed: int, order: Any
 ) -> None:
     stream, n, clients, classes = case
-    requests, client_indices, labels = run(stream, n=n, clients=clients, classes=classes, seed=seed)
+    # class ids are source labels: index k of the task is source label class_labels[k]
+    class_labels = list(range(classes))
+    order.shuffle(class_labels)
+    try:
+        requests, client_indices, labels = run(
+            stream, n=n, clients=clients, classes=classes, seed=seed,
+            class_labels=tuple(class_labels),
+        )  # fmt: skip
+    except ConfigError as exc:
+        # only a phase that asked for requests and generated none; the phases before it run
+        assert exc.location is not None and exc.location.startswith("stream.phases.")
+        k = int(exc.location.split(".")[2])
+        assert f"phase {stream.phases[k].name!r} generated no deletion request" in str(exc)
+        return
     owner = owner_of(client_indices)
     gone_at = {w.client: w.at for w in stream.withdrawals}
     seen: set[int] = set()
@@ -285,7 +374,7 @@ def test_stream_invariants_hold_for_random_specs(
             assert i in owner
             assert owner[i] not in gone_at or gone_at[owner[i]] > r.tick
             if phase.target.kind == "class":
-                assert labels[i] == phase.target.class_id
+                assert class_labels[labels[i]] == phase.target.class_id
             if phase.target.kind == "client":
                 assert owner[i] == phase.target.client
 

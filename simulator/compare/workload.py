@@ -115,6 +115,8 @@ def expand_requests(
     if any, is one more group that no request names).
     """
     clients = range(int(groups.max()) + 1 if groups.size else 0)
+    if num_clients is not None:  # the public pool's group is no client: nobody withdraws it
+        clients = range(num_clients)
     holdings = RowHoldings(groups, clients)
     out: list[IntArray] = []
     for batch in batches(requests, max_batch_requests):

@@ -38,6 +38,10 @@ class Dataset:
     class_names : tuple of str
         One name per in-distribution class, in label order.  When a source was restricted to
         some classes (``classes=[3, 8]``) the names are the original ones (``("3", "8")``).
+    class_labels : tuple of int
+        The source's own label of each class index, in label order (``classes=[7, 0]`` gives
+        ``(7, 0)``; no restriction gives ``(0, 1, ..., num_classes - 1)``).  Scenario class ids
+        are these labels; :func:`simulator.data.labels.class_index` maps one to its index.
     image_shape : (C, H, W) or None
         Required for ``"image"``; ``x`` rows are the C-order flattening of that shape.
     vocab_size : int or None
@@ -57,6 +61,7 @@ class Dataset:
     num_classes: int
     modality: Modality
     class_names: tuple[str, ...]
+    class_labels: tuple[int, ...]
     image_shape: tuple[int, int, int] | None = None
     vocab_size: int | None = None
     ood_x: NDArray[Any] | None = None
@@ -71,6 +76,16 @@ class Dataset:
             raise InputError(
                 f"Dataset {self.name!r}: num_classes={self.num_classes} but "
                 f"{len(self.class_names)} class name(s)"
+            )
+        labels = self.class_labels
+        if (
+            len(labels) != self.num_classes
+            or len(set(labels)) != len(labels)
+            or any(not isinstance(c, int) or c < 0 for c in labels)
+        ):
+            raise InputError(
+                f"Dataset {self.name!r}: class_labels should be {self.num_classes} distinct "
+                f"source labels >= 0, got {labels}"
             )
         _check_labels(self.name, "y_train", self.y_train, self.num_classes)
         _check_labels(self.name, "y_test", self.y_test, self.num_classes)

@@ -83,6 +83,9 @@ class RawSource:
     ``x_test``/``y_test`` are ``None`` when the source has no official test split (it is then
     split with ``test_fraction``).  ``encoder`` is ``None`` when ``x_*`` are already the final
     float arrays.  ``ood_x``/``ood_y`` hold an OOD set the source builds itself (synthetic).
+    ``y_train``/``y_test`` are the source's own label ids ``0..len(class_names) - 1`` (the label
+    values of its files, or a table's codes), ``class_names[k]`` naming label ``k``: they become
+    ``Dataset.class_labels``, the ids a scenario's classes are given in.
     """
 
     name: str
@@ -160,6 +163,7 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
     x_ood: Any | None = raw.ood_x
     y_ood: IntArray | None = raw.ood_y
     class_names = raw.class_names
+    class_labels = tuple(range(len(raw.class_names)))  # a raw label is the source's own id
     if spec.classes is not None:
         if raw.ood_x is not None:
             raise ConfigError(
@@ -171,6 +175,7 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
         x_train, y_train = take(x_train, sel.train), sel.relabel(y_train[sel.train])
         x_test, y_test = take(x_test, sel.test), sel.relabel(y_test[sel.test])
         class_names = tuple(raw.class_names[c] for c in sel.classes)
+        class_labels = sel.classes
     if spec.max_train is not None:
         keep = stratified_sample(y_train, spec.max_train, rng)
         x_train, y_train = take(x_train, keep), y_train[keep]
@@ -192,6 +197,7 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
         num_classes=len(class_names),
         modality=raw.modality,
         class_names=class_names,
+        class_labels=class_labels,
         image_shape=raw.image_shape,
         vocab_size=features.vocab_size,
         ood_x=features.x_ood,

@@ -135,6 +135,7 @@ def make_synthetic(spec: SyntheticSpec, rng: np.random.Generator) -> Dataset:
         num_classes=spec.n_classes,
         modality="tabular",
         class_names=tuple(f"class_{k}" for k in range(spec.n_classes)),
+        class_labels=tuple(range(spec.n_classes)),
         ood_x=x_ood,
         ood_y=y_ood,
     )

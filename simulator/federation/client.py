@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from simulator.arrays import FloatArray, IntArray
-from simulator.errors import InputError
+from simulator.errors import InputError, UnknownSampleError
 from simulator.features.decorrelation import WeightResult, fit_weights
 from simulator.federation.snapshot import (
     ClientReport,
@@ -189,7 +189,19 @@ class FederatedClient:
         The answer lists the rows in the order of their feature values, not the order asked,
         so it does not say which row belongs to which id (what the server learns:
         docs/security.md).
+
+        Raises
+        ------
+        UnknownSampleError
+            An id this client does not retain (unknown or already deleted): nothing is deleted.
+        InputError
+            An id named twice.
         """
+        unknown = self.unknown_ids(ids)
+        if unknown:  # never look up, or delete twice, a row this client does not retain
+            raise UnknownSampleError(unknown, f"retained rows of client {self.client_id}")
+        if len({int(i) for i in ids}) != len(ids):
+            raise InputError(f"client {self.client_id}: a deletion names a sample id twice")
         local = np.asarray([self._local[int(i)] for i in ids], dtype=np.int64)
         rows = self.data.features[local]
         local = local[np.lexsort(rows.T[::-1])] if rows.size else local

@@ -16,9 +16,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
+from simulator.data.labels import class_index
 from simulator.data.shift import apply_shift, class_prior_shift, label_swap_test
 from simulator.errors import ConfigError
 from simulator.scenario import Scenario
+from simulator.scenario.scenario_model import DIGIT_SOURCES
 from simulator.seeds import child_rng
 
 FloatArray = NDArray[np.float64]
@@ -85,11 +87,8 @@ def build_eval_sets(
     """Test and OOD splits (forget/retain are drawn from the clients during the run)."""
     base = {"test": EvalSet(dataset.x_test, dataset.y_test)}
     if scenario.ood is not None:
-        names = list(dataset.class_names)
-        src, dst = (
-            _class_index(names, scenario.ood.source_class),
-            _class_index(names, scenario.ood.target_class),
-        )
+        src = class_index(dataset.class_labels, scenario.ood.source_class, "ood.source_class")
+        dst = class_index(dataset.class_labels, scenario.ood.target_class, "ood.target_class")
         split = label_swap_test(
             dataset.x_test,
             dataset.y_test,
@@ -111,25 +110,6 @@ def build_eval_sets(
     return EvaluationSets(scenario, dataset, featurize, base)
 
 
-def _class_index(names: list[str], label: int) -> int:
-    originals = original_labels(names)
-    return originals.index(label) if label in originals else label
-
-
-def original_labels(names: list[str] | tuple[str, ...]) -> list[int]:
-    """The source's label of each class index (class names that are integers), else the index.
-
-    Scenario class ids (``data.classes``, targets, OOD classes) are in this label space.
-    """
-    out = []
-    for i, name in enumerate(names):
-        try:
-            out.append(int(name))
-        except ValueError:
-            out.append(i)
-    return out
-
-
 def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[str, EvalSet]:
     """The scenario's named shifted splits (``evaluation.shift_splits``), fixed per seed.
 
@@ -144,7 +124,7 @@ def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[st
     from simulator.data.natural import digits_as_mnist
 
     out: dict[str, EvalSet] = {}
-    originals = original_labels(list(dataset.class_names))
+    originals = list(dataset.class_labels)
     for i, spec in enumerate(scenario.evaluation.shift_splits):
         rng = child_rng(scenario.seed, "shift_split", index=i)
         where = f"evaluation.shift_splits.{i}.kind"
@@ -164,10 +144,10 @@ def shift_splits(scenario: Scenario, dataset: Dataset, test: EvalSet) -> dict[st
             )
             x, y = shifted.x, shifted.y
         elif spec.kind == "digits":
-            if dataset.image_shape != (1, 28, 28):
-                raise ConfigError("digits needs a 28x28 digit source (mnist)", where)
-            x, digit = digits_as_mnist([int(c) for c in originals])
-            y = np.asarray([originals.index(int(d)) for d in digit], dtype=np.int64)
+            if dataset.image_shape != (1, 28, 28) or dataset.name not in DIGIT_SOURCES:
+                raise ConfigError("digits needs a 28x28 digit source (mnist, idx)", where)
+            x, digit = digits_as_mnist(originals)
+            y = np.asarray([class_index(originals, int(d), where) for d in digit], dtype=np.int64)
             rows = _cap(y.size, spec.max_rows, rng)
             x, y = x[rows], y[rows]
         else:

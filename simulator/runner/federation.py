@@ -18,7 +18,7 @@ from simulator.models import resolve_device
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
-from simulator.runner.evaluation import EvaluationSets, build_eval_sets, original_labels
+from simulator.runner.evaluation import EvaluationSets, build_eval_sets
 from simulator.runner.featurize import in_process_round, train_featurizer
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
@@ -245,13 +245,13 @@ def deletion_stream(
 ) -> list[DeletionRequest]:
     """The scenario's generated deletion requests over the client ``shards`` of ``ds``.
 
-    Targets name original labels (``data.classes``), so the labels are mapped back first.
+    Class targets name source labels, which the generator maps through ``ds.class_labels``.
     """
-    labels = np.asarray(original_labels(ds.class_names), dtype=np.int64)[ds.y_train]
     return generate_stream(
         scenario.stream,
         client_indices=shards,
-        labels=labels,
+        labels=ds.y_train,
+        class_labels=ds.class_labels,
         scenario_name=scenario.name,
         rng=child_rng(scenario.seed, "stream"),
     )
@@ -282,6 +282,7 @@ def build_federation(
         )
     ds = load_dataset(scenario)
     shards, public = split_clients(scenario, ds)
+    requests = deletion_stream(scenario, ds, shards)  # before training: its errors come first
     device = resolve_device(scenario.device)
     if transport is None:
         transport = InProcessTransport(scenario, ds, shards, device=device)
@@ -308,7 +309,6 @@ def build_federation(
         rng=child_rng(scenario.seed, "head"),
     )
     eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
-    requests = deletion_stream(scenario, ds, shards)
     all_client = np.sort(np.concatenate(shards))
     probe_rng = child_rng(scenario.seed, "evaluation")
     probe = np.sort(probe_rng.choice(all_client, size=min(2000, all_client.size), replace=False))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.errors import UnknownSampleError
 from simulator.stream import DeletionRequest
 
 if TYPE_CHECKING:
@@ -72,12 +73,26 @@ class RowHoldings:
         return [int(i) for i in np.flatnonzero((self.groups == client) & self.retained)]
 
     def unknown_ids(self, ids: Sequence[int]) -> list[int]:
-        """The ids of ``ids`` that are out of range or already deleted."""
+        """The ids of ``ids`` out of range, already deleted or of a group no client is.
+
+        A row of a group that is no client (``compare``'s public pool) is unknown, as no client
+        of a federation holds it.
+        """
         n = self.groups.size
-        return [int(i) for i in ids if not 0 <= int(i) < n or not self.retained[int(i)]]
+        return [
+            int(i)
+            for i in ids
+            if not 0 <= int(i) < n
+            or not self.retained[int(i)]
+            or int(self.groups[int(i)]) not in self.clients
+        ]
 
     def route(self, ids: Sequence[int]) -> dict[int, list[int]]:
-        """Group ``ids`` by owning client."""
+        """Group ``ids`` by owning client (an id outside the rows: UnknownSampleError)."""
+        n = self.groups.size
+        outside = [int(i) for i in ids if not 0 <= int(i) < n]
+        if outside:
+            raise UnknownSampleError(outside, f"rows 0..{n - 1}")
         out: dict[int, list[int]] = {}
         for i in ids:
             out.setdefault(int(self.groups[int(i)]), []).append(int(i))

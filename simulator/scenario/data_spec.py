@@ -48,6 +48,18 @@ IMAGE_SOURCES: tuple[str, ...] = ("mnist", "fashion_mnist", "digits", "idx", "ci
 PATH_REQUIRED: tuple[str, ...] = ("idx", "cifar10", "sst2", "csv")
 #: Sources that read files from a default location that ``path`` may replace.
 PATH_OPTIONAL: tuple[str, ...] = ("fashion_mnist",)
+#: Labels of the sources whose label count is known before loading (at most this many for
+#: fashion_mnist with ``path``); their class ids are ``0..count-1``.
+SOURCE_CLASSES: dict[str, int] = {
+    "mnist": 10,
+    "fashion_mnist": 10,
+    "digits": 10,
+    "rotten_tomatoes": 2,
+    "sst2": 2,
+    "gss_happiness": 3,
+    "adult": 2,
+    "cifar10": 10,
+}
 
 
 class TextSpec(Section):
@@ -179,8 +191,13 @@ class DataSpec(Section):
 
     @property
     def static_num_classes(self) -> int | None:
-        """Number of labels of the source when known before loading (synthetic only)."""
-        return self.synthetic.n_classes if self.synthetic is not None else None
+        """Labels of the source when known before loading (synthetic, :data:`SOURCE_CLASSES`).
+
+        None for sources whose labels are only known once loaded (idx, csv).
+        """
+        if self.synthetic is not None:
+            return self.synthetic.n_classes
+        return SOURCE_CLASSES.get(self.source)
 
 
 class PartitionSpec(Section):

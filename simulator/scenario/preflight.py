@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulator.scenario.data_spec import SOURCE_CLASSES
 from simulator.scenario.problems import Problem, ScenarioError
 from simulator.scenario.scenario_model import Scenario
 
@@ -49,17 +50,6 @@ FIXED_SIZES: dict[str, tuple[int, int]] = {
     "rotten_tomatoes": (10_700, 384),
     "gss_happiness": (17_200, 120),
     "adult": (48_900, 110),
-}
-#: Labels of the sources whose label count is known before loading.
-FIXED_CLASSES: dict[str, int] = {
-    "mnist": 10,
-    "fashion_mnist": 10,
-    "digits": 10,
-    "rotten_tomatoes": 2,
-    "sst2": 2,
-    "gss_happiness": 3,
-    "adult": 2,
-    "cifar10": 10,
 }
 
 
@@ -216,7 +206,7 @@ def _num_classes(scenario: Scenario) -> int:
         return len(data.classes)
     if data.synthetic is not None:
         return data.synthetic.n_classes
-    return FIXED_CLASSES.get(data.source, 10)
+    return SOURCE_CLASSES.get(data.source, 10)
 
 
 def _stream_requests(scenario: Scenario) -> float:

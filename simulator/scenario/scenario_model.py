@@ -26,6 +26,8 @@ from simulator.scenario.stream_spec import StreamSpec
 #: (uniform weights). The paper's baselines that retrain or dampen the whole network run under
 #: ``unlearnsim compare`` only.
 KNOWN_METHODS: tuple[str, ...] = streaming_methods()
+#: Sources whose labels are the digits 0..9 (the ``digits`` shift split is labelled with digits).
+DIGIT_SOURCES: tuple[str, ...] = ("mnist", "idx")
 
 
 class Scenario(Section):
@@ -144,6 +146,14 @@ class Scenario(Section):
             if shift.applies_to != "test" and not has_ood:
                 msg = "needs an OOD split (set ood or data.classes, or use source synthetic)"
                 checks.add(("shifts", i, "applies_to"), msg, got=shift.applies_to)
+        for i, split in enumerate(self.evaluation.shift_splits):
+            loc = ("evaluation", "shift_splits", i, "kind")
+            if split.kind == "digits" and self.data.source not in DIGIT_SOURCES:
+                # its rows are labelled with digits: only a source whose labels are digits
+                msg = f"'digits' needs a digit source ({', '.join(DIGIT_SOURCES)})"
+                checks.add(loc, f"{msg}, source is '{self.data.source}'")
+            if split.kind == "remaining" and self.data.classes is None:
+                checks.add(loc, "'remaining' needs data.classes (the other labels)")
 
     def _check_classes(self, checks: Checks, num_classes: int | None) -> None:
         """Class ids must be in ``data.classes`` (when given) or below ``num_classes``."""

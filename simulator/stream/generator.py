@@ -18,7 +18,11 @@ Ticks run phase after phase. In every tick of a phase:
 A sample id is named at most once across the stream, and never after its
 client withdrew. When no subject holds enough matching samples any more, the
 tick emits no further request (a request never names fewer than
-``samples_per_request`` ids); the rest of the pool stays.
+``samples_per_request`` ids); the rest of the pool stays. A phase whose draws
+asked for requests but that emitted none at all (its target matches no retained
+sample: a class the task lacks, an emptied client) is an error naming the phase,
+not a quiet stretch. ``class_id`` is a source label, mapped to a class index by
+:func:`simulator.data.labels.class_index`.
 Everything is drawn from ``rng``: the same seed gives the same stream.
 """
 
@@ -30,8 +34,9 @@ from datetime import timedelta
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import InputError
-from simulator.scenario.stream_spec import StreamSpec, Target
+from simulator.data.labels import class_index
+from simulator.errors import ConfigError, InputError
+from simulator.scenario.stream_spec import Phase, StreamSpec, Target
 from simulator.stream.events import STREAM_EPOCH, DeletionRequest
 from simulator.stream.subjects import SubjectRegistry, client_subject, subject_registry
 
@@ -59,11 +64,11 @@ class _RetainedPool:
         self.num_clients = len(client_indices)
         self.alive = self.owner >= 0
 
-    def candidates(self, target: Target) -> NDArray[np.int64]:
-        """Retained ids matching ``target``, in increasing order."""
+    def candidates(self, target: Target, klass: int | None) -> NDArray[np.int64]:
+        """Retained ids matching ``target`` (``klass``: its class index), in increasing order."""
         mask = self.alive
         if target.kind == "class":
-            mask = mask & (self.labels == target.class_id)
+            mask = mask & (self.labels == klass)
         elif target.kind == "client":
             mask = mask & (self.owner == target.client)
         return np.flatnonzero(mask).astype(np.int64)
@@ -84,11 +89,12 @@ def _check_clients(stream: StreamSpec, num_clients: int) -> None:
             raise InputError(f"withdrawal of client {withdrawal.client} of {num_clients}")
 
 
-def generate_stream(
+def generate_stream(  # noqa: PLR0913 (keyword-only, each a part of the task)
     stream: StreamSpec,
     *,
     client_indices: Sequence[NDArray[np.int64]],
     labels: NDArray[np.int64],
+    class_labels: Sequence[int],
     scenario_name: str,
     rng: np.random.Generator,
     subjects: SubjectRegistry | None = None,
@@ -102,7 +108,10 @@ def generate_stream(
     client_indices
         Global sample ids of each client's shard (disjoint).
     labels
-        Label of every global sample id, in the label space ``target.class_id`` uses.
+        Class index (``0..len(class_labels) - 1``) of every global sample id.
+    class_labels
+        The source label of each class index (``Dataset.class_labels``): a ``class_id``
+        target names one of them.
     scenario_name
         Prefix of the request ids ``f"{scenario_name}-{seq:07d}"``.
     rng
@@ -121,9 +130,13 @@ def generate_stream(
     InputError
         When the shards overlap, hold ids outside ``labels`` or the stream names
         a client that does not exist.
+    ConfigError
+        A ``class_id`` that is not one of ``class_labels``, or a phase that asked for
+        requests and generated none (naming the phase).
     """
     pool = _RetainedPool(client_indices, labels)
     _check_clients(stream, pool.num_clients)
+    classes = _target_classes(stream, class_labels, pool.labels)
     if subjects is None:
         subjects = subject_registry(
             client_indices, pool.labels.shape[0], rows_per_subject=stream.rows_per_subject
@@ -151,8 +164,9 @@ def generate_stream(
         )
 
     tick = 0
-    for phase in stream.phases:
+    for i, phase in enumerate(stream.phases):
         size = phase.samples_per_request
+        wanted = emitted = 0
         for tick_in_phase in range(phase.ticks):
             for client in withdrawals.get(tick, []):
                 pool.withdraw(client)
@@ -160,12 +174,43 @@ def generate_stream(
             count = int(rng.poisson(phase.rate))
             if phase.burst is not None and tick_in_phase % phase.burst.every == 0:
                 count += phase.burst.size
-            candidates = pool.candidates(phase.target) if count else np.empty(0, np.int64)
+            candidates = pool.candidates(phase.target, classes[i]) if count else np.empty(0, int)
+            wanted += count
             for ids in _draw(candidates, subjects.subject_of, count, size, rng):
                 pool.remove(ids)
                 emit(tick, sorted(ids.tolist()), None)
+                emitted += 1
             tick += 1
+        _check_phase_emitted(i, phase, wanted, emitted)
     return requests
+
+
+def _target_classes(
+    stream: StreamSpec, class_labels: Sequence[int], labels: NDArray[np.int64]
+) -> list[int | None]:
+    """The class index of each phase's ``class_id`` (None: not a class target)."""
+    if labels.size and (labels.min() < 0 or labels.max() >= len(class_labels)):
+        raise InputError(f"labels should be class indices 0..{len(class_labels) - 1}")
+    return [
+        None
+        if phase.target.class_id is None
+        else class_index(class_labels, phase.target.class_id, f"stream.phases.{i}.target.class_id")
+        for i, phase in enumerate(stream.phases)
+    ]
+
+
+def _check_phase_emitted(i: int, phase: Phase, wanted: int, emitted: int) -> None:
+    """A phase whose draws asked for requests must have emitted at least one."""
+    if not wanted or emitted:
+        return
+    target = phase.target
+    what = {"class": f"class_id {target.class_id}", "client": f"client {target.client}"}
+    raise ConfigError(
+        f"phase {phase.name!r} generated no deletion request ({wanted} asked for): no data "
+        f"subject holds {phase.samples_per_request} retained sample(s) of its target "
+        f"({what.get(target.kind, target.kind)})",
+        f"stream.phases.{i}",
+    )
 
 
 def _draw(

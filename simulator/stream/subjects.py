@@ -101,6 +101,11 @@ def subject_registry(
     client_indices : global row ids of every client's shard (disjoint).
     num_rows : number of global row ids (training rows, clients' or not).
     rows_per_subject : rows of one subject (>= 1); a client's last subject may hold fewer.
+
+    Raises
+    ------
+    InputError
+        A shard holds an id outside ``0..num_rows - 1``, repeats one or shares one with another.
     """
     if rows_per_subject < 1:
         raise InputError(f"rows_per_subject should be >= 1, got {rows_per_subject}")
@@ -109,6 +114,10 @@ def subject_registry(
     clients: list[int] = []
     for client, ids in enumerate(client_indices):
         order = np.sort(np.asarray(ids, dtype=np.int64))
+        if order.size and (order[0] < 0 or order[-1] >= num_rows):
+            raise InputError(f"client {client} holds row ids outside 0..{num_rows - 1}")
+        if np.any(subject_of[order] >= 0) or np.unique(order).size != order.size:
+            raise InputError(f"client {client} shares row ids with another client (or repeats)")
         groups = -(-order.size // rows_per_subject)
         local = np.arange(order.size, dtype=np.int64) // rows_per_subject
         subject_of[order] = len(names) + local
