@@ -265,3 +265,29 @@ def test_solver_residual_is_charged() -> None:
     head._solver.rtol = 0.5  # the solver skips refinement; its residual is then mu * u
     ratio = max(covered(head, [int(i)])[1] for i in np.flatnonzero(y == 0)[:10])
     assert ratio > 0.3
+
+
+def test_anchored_decisions_do_not_depend_on_the_diagnostic() -> None:
+    """``report_exact`` measures the exact residual after every step; under ``anchored`` that
+    stays a diagnostic: the same removals give the same charges, anchors and heads with it on
+    or off (the in-process and flower-deploy transports differ in its default)."""
+    X, y = planted_problem(600, 6, 3, seed=3)
+    probe = CertifiedHead(
+        LocalHeadData(X, y, 3), anchored(lam=1e-3, sigma=1.0), rng=np.random.default_rng(0)
+    )
+    budget = probe.exact_residual() + 5 * probe.remove([0]).residual_tight
+    heads = [
+        CertifiedHead(
+            LocalHeadData(X, y, 3),
+            anchored(lam=1e-3, sigma=1.0, epsilon=budget / probe.budget * 1e9, report_exact=on),
+            rng=np.random.default_rng(0),
+        )
+        for on in (False, True)
+    ]
+    for i in range(1, 40):
+        off, on = (h.remove([i]) for h in heads)
+        assert (off.anchored, off.retrained) == (on.anchored, on.retrained)
+        assert off.cumulative == pytest.approx(on.cumulative, rel=1e-9, abs=1e-15)
+        assert on.residual_exact is not None
+    assert heads[0].retrains == heads[1].retrains
+    np.testing.assert_allclose(heads[0].W, heads[1].W, rtol=1e-9, atol=1e-12)

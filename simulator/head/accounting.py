@@ -11,8 +11,8 @@ gradient, ``docs/certified-head.md``). Their reference code charges the data-dep
   one exact pass over the retained rows). The known gradient enters the next Newton step, which
   corrects it, so the sum restarts there. When the sum would cross the budget, one exact pass at
   the new head re-anchors (the charge becomes its exact residual) before a retrain is
-  considered; where the exact residual is measured anyway (``report_exact``) every step is an
-  anchor;
+  considered (an exact residual measured for ``report_exact`` alone stays a diagnostic, so the
+  decisions do not depend on that option);
 * ``guo``: charge the step's data-dependent bound (Guo et al.'s constants); the charge is the
   running sum since the last (re)training, which starts at the training residual;
 * ``worst``: the same with the data-independent worst-case bound (Theorem 1);

@@ -387,20 +387,22 @@ class CertifiedHead:
         """The step's charge under the accounting mode (:mod:`simulator.head.accounting`).
 
         A step that corrected the carried gradient starts the sum afresh. ``anchored``
-        re-anchors at the exact residual of ``W_new`` where it is known, and makes the exact
-        pass itself (timed as ``exact``) when the summed charge would cross the budget.
+        re-anchors at the exact residual of ``W_new`` only when the summed charge would cross
+        the budget (one exact pass, timed as ``exact``, unless ``report_exact`` made it
+        already); a residual measured for ``report_exact`` alone stays a diagnostic, so the
+        decisions do not depend on it (the same on every transport, whatever its default).
         """
         rule = RULES[self.config.accounting]
         previous = 0.0 if rule.anchors and self._anchor_fresh else self._cumulative
         step = rule.charge(previous, residuals)
         if not rule.anchors:
             return step, residuals, grad_new
-        if grad_new is None and step.cumulative > self.budget:
+        if step.cumulative <= self.budget:
+            return step, residuals, None
+        if grad_new is None:
             with _timed(timings, "exact"):
                 grad_new = self._gradient_exact(W_new)
             residuals = dataclasses.replace(residuals, exact=stacked_norm(self._norms(grad_new)))
-        if grad_new is None:
-            return step, residuals, None
         return anchor(residuals), residuals, grad_new
 
     def _refresh_if_due(self) -> None:

@@ -45,8 +45,8 @@ class HeadConfig:
     exact gradient, with an exact pass before any retrain; ``guo`` Guo et al.'s data-dependent
     bound and ``worst`` the worst-case bound, both summed since the last retrain; ``exact`` the
     exact residual of the released head. ``report_exact`` computes the exact residual after every
-    removal (one gradient round over the retained rows) whatever is charged; ``anchored``
-    then anchors at every step.
+    removal (one gradient round over the retained rows) whatever is charged, as a diagnostic
+    that no mode's decision depends on except ``exact``'s.
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
     ``warm`` (default) from the current head with the removal solver's Hessian as
     preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the

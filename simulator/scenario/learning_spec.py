@@ -175,9 +175,8 @@ class HeadSpec(Section):
     )
     report_exact: bool | None = Field(
         default=None,
-        description="Also compute the exact residual after every removal (the events' "
-        "residual_exact, an anchor under anchored; one gradient round over all clients per "
-        "batch). Default (null): "
+        description="Also compute the exact residual after every removal (a diagnostic: the "
+        "events' residual_exact; one gradient round over all clients per batch). Default (null): "
         "on, except on flower-deploy, where that round trip is most of a batch's latency.",
     )
     tol: PositiveScale = Field(
