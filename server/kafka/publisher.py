@@ -130,6 +130,7 @@ class Publisher:
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
             enable_auto_commit=False,
+            allow_auto_create_topics=False,
             request_timeout_ms=5000,
             bootstrap_timeout_ms=5000,
             **client_options(),
