@@ -154,6 +154,7 @@ class DeletionConsumer:
         self.session: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._beat = 0.0
         self._recheck = False
+        self._gap_seen = False
         self._options = client_options()
         self._log = LogProbe(
             config.bootstrap, config.topics.requests, options=self._options,
@@ -247,6 +248,7 @@ class DeletionConsumer:
             group_id=cfg.group_id,
             enable_auto_commit=False,
             auto_offset_reset="none",
+            allow_auto_create_topics=False,  # a wiped broker: the topic comes back as created
             max_partition_fetch_bytes=4 * cfg.max_request_bytes,
             fetch_max_bytes=16 * cfg.max_request_bytes,
             request_timeout_ms=10000,
@@ -268,13 +270,36 @@ class DeletionConsumer:
         self._seek(consumer, parts)
 
     def _seek(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> None:
-        """Read on from the checkpointed offsets (a partition without one: its beginning)."""
+        """Read on from the checkpointed offsets (a partition without one: its beginning).
+
+        After a gap, first follow the requests topic's partitions as the broker has them now
+        (:meth:`_follow_partitions`).
+        """
+        if self._gap_seen:
+            self._follow_partitions(consumer, parts)
         state = self.state
         for tp in parts:
             if tp.partition in state.offsets:
                 consumer.seek(tp, state.offsets[tp.partition])
             else:
                 consumer.seek_to_beginning(tp)
+
+    def _follow_partitions(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> None:
+        """Assign every partition the requests topic has now (``parts`` is updated in place).
+
+        A topic lost with the broker's log may come back with another partition count (Tansu
+        re-creates a topic a fetch asks for with its default of 4); requests on a partition
+        this consumer does not read would never be answered.
+        """
+        self._gap_seen = False
+        topic = self.config.topics.requests
+        consumer.topics()  # a fresh metadata answer, not the cache from before the loss
+        ids = consumer.partitions_for_topic(topic)
+        if not ids or ids == {tp.partition for tp in parts}:
+            return
+        log.warning("%s now has partitions %s; reading all of them", topic, sorted(ids))
+        parts[:] = [TopicPartition(topic, p) for p in sorted(ids)]
+        consumer.assign(parts)
 
     def _verify(
         self,
@@ -301,7 +326,24 @@ class DeletionConsumer:
             self._on_gap(gap)
         if gaps:
             store.save(state)
+            self._recreate_topics()
+            self._gap_seen = True
         return bool(gaps)
+
+    def _recreate_topics(self) -> None:
+        """After a gap: create the topics the broker lost, with their partition counts.
+
+        A broker that lost its log may have lost the output topics too; created here
+        explicitly, they are not left to an auto-creation with the broker's default count.
+        """
+        cfg = self.config
+        with self.waits.abandonable():
+            ensure_topics(
+                cfg.bootstrap,
+                cfg.topics,
+                request_partitions=cfg.request_partitions,
+                timeout=cfg.connect_timeout,
+            )
 
     def _on_gap(self, gap: Gap) -> None:
         cfg, state = self.config, self.state

@@ -163,6 +163,7 @@ class LogProbe:
                     bootstrap_servers=self.bootstrap,
                     enable_auto_commit=False,
                     auto_offset_reset="earliest",
+                    allow_auto_create_topics=False,  # never re-create a lost topic by probing
                     fetch_max_wait_ms=50,
                     request_timeout_ms=5000,
                     reconnect_backoff_max_ms=1000,  # a broker back is seen within a second

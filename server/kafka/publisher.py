@@ -130,6 +130,8 @@ class Publisher:
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
             enable_auto_commit=False,
+            auto_offset_reset="earliest",  # a start past a re-created topic's end: all of it
+            allow_auto_create_topics=False,
             request_timeout_ms=5000,
             bootstrap_timeout_ms=5000,
             **client_options(),
