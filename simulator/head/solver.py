@@ -62,7 +62,7 @@ class HessianSolver:
         self,
         hessians: FloatArray,
         *,
-        max_pending_rows: int = 256,
+        max_pending_rows: int = 128,
         rtol: float = 1e-6,
         max_refine: int = 6,
         backend: Backend | None = None,
