@@ -32,12 +32,13 @@ def heads(n, d, k, seed, **cfg):
 def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     tol = 1e-8
     X, y, (warm, cold) = heads(
-        n, d, k, seed, lam=lam, tol=tol, sigma=1.0, epsilon=1e-3, accounting="guo"
+        n, d, k, seed, lam=lam, tol=tol, sigma=1.0, epsilon=1e-6, accounting="guo"
     )
     ids = np.random.default_rng(seed).choice(n, size=12, replace=False).tolist()
     reports_w = [warm.remove([i]) for i in ids]
     reports_c = [cold.remove([i]) for i in ids]
-    # the same b stream and the same decisions (a tiny budget: every removal retrains)
+    # the same b stream and the same decisions (a budget below the training residual: every
+    # removal retrains; at 1e-3, seed 108 charged 0.000227 of 0.000228 warm and retrained cold)
     assert [r.retrained for r in reports_w] == [r.retrained for r in reports_c]
     assert any(r.retrained for r in reports_w)
     warm.retrain()  # end on a retrain whatever the last removal did
