@@ -106,6 +106,25 @@ def test_weights_after_reweighting_are_charged() -> None:
     assert ratio > 0.6
 
 
+def weighted_client(
+    cid: int, rows: np.ndarray, X: np.ndarray, y: np.ndarray, k: int, weights: np.ndarray
+) -> FederatedClient:
+    """A client holding ``rows`` of ``X, y`` with fixed sample ``weights`` (one per row)."""
+    snap = ClientSnapshot(
+        client_id=cid,
+        sample_ids=rows,
+        features=X[rows],
+        labels=y[rows],
+        num_classes=k,
+        weights=weights,
+        active=np.ones(len(rows), bool),
+        deletion_batches=0,
+        last_weights=None,
+        weighting=None,
+    )
+    return FederatedClient(cid, rows, X[rows], y[rows], k, restored=snap)
+
+
 def two_client_federation(accounting: str) -> tuple[CertifiedHead, np.ndarray]:
     """Client 0 holds heavy rows (weight 30), client 1 light ones; both at the curvature peak.
 
@@ -114,21 +133,10 @@ def two_client_federation(accounting: str) -> tuple[CertifiedHead, np.ndarray]:
     X, y = one_feature_rows(400)
     ids = np.arange(len(y))
     shards = {0: ids[::2], 1: ids[1::2]}
-    clients = {}
-    for cid, rows in shards.items():
-        snap = ClientSnapshot(
-            client_id=cid,
-            sample_ids=rows,
-            features=X[rows],
-            labels=y[rows],
-            num_classes=2,
-            weights=np.full(len(rows), 30.0 if cid == 0 else 1.0),
-            active=np.ones(len(rows), bool),
-            deletion_batches=0,
-            last_weights=None,
-            weighting=None,
-        )
-        clients[cid] = FederatedClient(cid, rows, X[rows], y[rows], 2, restored=snap)
+    clients = {
+        cid: weighted_client(cid, rows, X, y, 2, np.full(len(rows), 30.0 if cid == 0 else 1.0))
+        for cid, rows in shards.items()
+    }
     owner = {int(i): cid for cid, rows in shards.items() for i in rows}
     data = FederatedHeadData(clients, owner, dim=1, num_classes=2)
     config = anchored(accounting=accounting)
@@ -218,19 +226,7 @@ def test_charge_covers_exact_residual_on_random_federated_problems(  # noqa: PLR
 
     members = {}
     for cid, rows in enumerate(shards):
-        snap = ClientSnapshot(
-            client_id=cid,
-            sample_ids=rows,
-            features=X[rows],
-            labels=y[rows],
-            num_classes=k,
-            weights=base[rows],
-            active=np.ones(len(rows), bool),
-            deletion_batches=0,
-            last_weights=None,
-            weighting=None,
-        )
-        member = FederatedClient(cid, rows, X[rows], y[rows], k, restored=snap)
+        member = weighted_client(cid, rows, X, y, k, base[rows])
         if reweigh:
             member.data._reweigh = drift  # re-weighting from the retained rows alone
         members[cid] = member
