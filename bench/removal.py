@@ -47,6 +47,7 @@ import os
 import pickle
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +65,89 @@ FMNIST = Path("/usr/share/datasets/fashion-mnist")
 BATCHES = (100, 1000, 10000)
 
 
-def load_inputs(n: int, rng: np.random.Generator) -> tuple[Any, ...]:
-    """Fashion-MNIST train/test in [0, 1], or a synthetic stand-in of the same shape."""
-    if (FMNIST / "train-images-idx3-ubyte.gz").exists():
+def load_inputs(n: int, rng: np.random.Generator, root: Path = FMNIST) -> tuple[Any, ...]:
+    """Fashion-MNIST train/test in [0, 1] (IDX files in ``root``), or a synthetic stand-in of
+    the same shape."""
+    if (root / "train-images-idx3-ubyte.gz").exists():
         from simulator.data.idx import read_idx_images, read_idx_labels
 
-        xtr = read_idx_images(FMNIST / "train-images-idx3-ubyte.gz").reshape(60000, -1) / 255.0
-        ytr = read_idx_labels(FMNIST / "train-labels-idx1-ubyte.gz")
-        xte = read_idx_images(FMNIST / "t10k-images-idx3-ubyte.gz").reshape(10000, -1) / 255.0
-        yte = read_idx_labels(FMNIST / "t10k-labels-idx1-ubyte.gz")
-        return xtr[:n], ytr[:n], xte, yte, "fashion-mnist (Debian IDX files)"
+        xtr = read_idx_images(root / "train-images-idx3-ubyte.gz").reshape(60000, -1) / 255.0
+        ytr = read_idx_labels(root / "train-labels-idx1-ubyte.gz")
+        xte = read_idx_images(root / "t10k-images-idx3-ubyte.gz").reshape(10000, -1) / 255.0
+        yte = read_idx_labels(root / "t10k-labels-idx1-ubyte.gz")
+        return xtr[:n], ytr[:n], xte, yte, f"fashion-mnist (IDX files in {root})"
     centers = rng.normal(size=(10, 784))
     ytr = rng.integers(0, 10, size=n)
     yte = rng.integers(0, 10, size=10000)
     xtr = centers[ytr] + 2.0 * rng.normal(size=(n, 784))
     xte = centers[yte] + 2.0 * rng.normal(size=(10000, 784))
     return xtr, ytr, xte, yte, "synthetic stand-in (dataset-fashion-mnist not installed)"
+
+
+def synthetic_features(n: int, d: int, k: int, rng: np.random.Generator) -> tuple[Any, ...]:
+    """Rows already in feature space for the large workloads: K Gaussian classes in R^d,
+    rows scaled into the unit ball (no RFF map: at d = 4,096 and n = 10^6 the map would be
+    the benchmark). Generated in float32 chunks, returned as float64."""
+    centers = rng.normal(size=(k, d)).astype(np.float32) / np.sqrt(d)
+    y = rng.integers(0, k, size=n)
+    X = np.empty((n, d))
+    for start in range(0, n, 50_000):
+        part = centers[y[start : start + 50_000]]
+        part = part + rng.standard_normal(part.shape, dtype=np.float32) * np.float32(
+            1.5 / np.sqrt(d)
+        )
+        X[start : start + 50_000] = part / np.linalg.norm(part, axis=1, keepdims=True).clip(1.0)
+    return X, y
+
+
+def gpu_memory() -> dict[str, float] | None:
+    """Peak and current GPU memory (GB) of this process, None on the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return {
+        "peak_allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "allocated_gb": torch.cuda.memory_allocated() / 1e9,
+        "peak_reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
+    }
+
+
+def large_workload(
+    head: CertifiedHead,
+    order: np.ndarray,
+    args: argparse.Namespace,
+    console: Console,
+    save: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """The large workloads, without copies of the head (it holds tens of GB): a Hessian build,
+    ``--stream`` single removals (rate and amortised cost, retrains included), one batch per
+    ``--batches`` size, then a retrain from scratch; the memory after each. ``save`` gets the
+    figures so far after every stage (a timeout keeps them)."""
+    out: dict[str, Any] = {"hessian_build": hessian_build(head), "memory_after_build": gpu_memory()}
+    save(out)
+    st = stream(head, order[: args.stream], console)
+    steps = st["step_seconds_mean"]
+    out["stream"] = st
+    out["single_removals_per_second"] = 1.0 / steps if steps else None
+    out["memory_after_singles"] = gpu_memory()
+    save(out)
+    used = args.stream
+    batches: dict[str, Any] = {}
+    for m in args.batches:
+        ids = [int(i) for i in order[used : used + m]]
+        used += m
+        r = head.remove(ids)
+        batches[str(m)] = {"seconds": r.timings["total"], "timings": r.timings,
+                           "certified_without_retrain": not r.retrained,
+                           "budget_used_ratio": r.cumulative / head.budget}  # fmt: skip
+        out["batches"] = batches
+        save(out)
+    out["memory_after_batches"] = gpu_memory()
+    out["retrain_seconds"] = head.retrain("benchmark")
+    out["memory_after_retrain"] = gpu_memory()
+    save(out)
+    return out
 
 
 def with_config(head: CertifiedHead, **changes: Any) -> CertifiedHead:
@@ -92,6 +160,7 @@ def with_config(head: CertifiedHead, **changes: Any) -> CertifiedHead:
 def budget_cycle(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict[str, Any]:
     """Single removals until one forces a retrain (or the ids run out)."""
     kept: list[float] = []
+    phases: dict[str, list[float]] = {}
     anchors = 0
     retrain_s, retrain_total = None, None
     with Progress(console=console, transient=True) as bar:
@@ -104,12 +173,17 @@ def budget_cycle(head: CertifiedHead, ids: np.ndarray, console: Console) -> dict
                 break
             kept.append(r.timings["total"])
             anchors += r.anchored
+            for phase, seconds in r.timings.items():
+                phases.setdefault(phase, []).append(seconds)
     out: dict[str, Any] = {
         "removals_before_retrain": len(kept),
         "exact_passes_before_retrain": anchors,
         "removals_before_retrain_capped": retrain_s is None,
         "removals_per_second": len(kept) / sum(kept) if kept else None,
         "retrain_seconds": retrain_s,
+        # where a kept step's time goes: mean seconds per phase (RemovalReport.timings; a
+        # phase that only some steps have, e.g. ``exact``, is averaged over those)
+        "phase_seconds_mean": {p: float(np.mean(v)) for p, v in phases.items()},
     }
     if retrain_total is not None:
         out["amortised_seconds_per_removal"] = (sum(kept) + retrain_total) / (len(kept) + 1)
@@ -189,11 +263,13 @@ def hessian_build(head: CertifiedHead) -> dict[str, Any]:
     return {"seconds": seconds, "flops": flops, "gflops_per_second": flops / seconds / 1e9}
 
 
-def batch_charges(head: CertifiedHead, order: np.ndarray) -> dict[str, Any]:
+def batch_charges(
+    head: CertifiedHead, order: np.ndarray, sizes: list[int] | tuple[int, ...] = BATCHES
+) -> dict[str, Any]:
     """Each batch size from the fresh head, removed as the mode does it (a retrain when it does
     not fit), and the step's bounds measured on a copy that never retrains."""
     out: dict[str, Any] = {}
-    for m in BATCHES:
+    for m in sizes:
         if m >= order.size:
             continue
         ids = [int(i) for i in order[:m]]
@@ -223,7 +299,8 @@ def versus_retraining(
     r = head.remove(ids)
     keep = head.data.retained_ids  # type: ignore[attr-defined]
     t = time.perf_counter()
-    ref = train_head(LocalHeadData(X[keep], y[keep], 10), head.b, lam=head.config.lam)
+    k = head.data.num_classes
+    ref = train_head(LocalHeadData(X[keep], y[keep], k), head.b, lam=head.config.lam)
     retrain_s = time.perf_counter() - t
     acc_removed = float(np.mean(head.predict(Xte) == yte))
     acc_retrain = float(np.mean(predict_classes(Xte @ ref.W) == yte))
@@ -276,6 +353,19 @@ def main() -> None:
         help="pickle of the freshly trained head: loaded when it exists (same n, d, backend), "
         "written after training otherwise (skips the initial cold training of later runs)",
     )
+    p.add_argument("--k", type=int, default=10, help="classes (synthetic features only)")
+    p.add_argument(
+        "--features", choices=("fashion", "synthetic"), default="fashion",
+        help="fashion: Fashion-MNIST through a d-dimensional RFF map (K = 10); synthetic: K "
+        "Gaussian classes directly in R^d (the large workloads)",
+    )  # fmt: skip
+    p.add_argument("--data-dir", type=Path, default=FMNIST, help="Fashion-MNIST IDX files")
+    p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    p.add_argument(
+        "--large", action="store_true",
+        help="the large workloads' path: no copies of the head (build, --stream singles, "
+        "--batches, one retrain, memory after each); no accounting comparison",
+    )  # fmt: skip
     p.add_argument("--out", default="bench/results/removal.json")
     args = p.parse_args()
     backend = make_backend(args.device, args.backend)
@@ -283,11 +373,18 @@ def main() -> None:
     console = Console()
     rng = np.random.default_rng(0)
 
-    xtr, ytr, xte, yte, source = load_inputs(args.n, rng)
-    rff = RandomFourierFeatures.draw(
-        xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
-    )
-    Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
+    k = 10
+    if args.features == "synthetic":
+        k = args.k
+        Xtr, ytr = synthetic_features(args.n, args.d, k, rng)
+        Xte, yte = synthetic_features(10_000, args.d, k, np.random.default_rng(1))
+        source = f"synthetic features: {k} Gaussian classes in R^{args.d}"
+    else:
+        xtr, ytr, xte, yte, source = load_inputs(args.n, rng, args.data_dir)
+        rff = RandomFourierFeatures.draw(
+            xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
+        )
+        Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
     cfg = HeadConfig(
         lam=1e-3,
         sigma=10.0,
@@ -303,7 +400,8 @@ def main() -> None:
 
         device_name = torch.cuda.get_device_name(0)
     console.print(
-        f"[bold]workload[/]: n={args.n} d={args.d} K=10 ({source}); {args.backend} on {device_name}"
+        f"[bold]workload[/]: n={args.n} d={args.d} K={k} ({source}); "
+        f"{args.backend} on {device_name}"
     )
     t = time.perf_counter()
     cache = args.head_cache
@@ -312,7 +410,7 @@ def main() -> None:
             fresh, train_s = pickle.load(fh)
         console.print(f"loaded the trained head from {cache} (trained in {train_s:.1f} s)")
     else:
-        data = LocalHeadData(Xtr, ytr, 10, backend=backend)
+        data = LocalHeadData(Xtr, ytr, k, backend=backend)
         fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
         train_s = time.perf_counter() - t
         if cache is not None:
@@ -330,9 +428,40 @@ def main() -> None:
         body = {"partial": True, "modes": modes, **(extra or {}), **settings}
         Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
 
+    if args.large:
+        body = {
+            "n": args.n, "d": args.d, "k": k, "backend": args.backend, "device": args.device,
+            "device_name": device_name, "accounting": cfg.accounting, "source": source,
+            "train_seconds": train_s, "memory_after_training": gpu_memory(),
+            "budget": fresh.budget,
+            "machine": f"{platform.machine()} ({platform.node()}), {os.cpu_count()} cores",
+            "load_average_at_start": load_start,
+        }  # fmt: skip
+
+        def save(figures: dict[str, Any]) -> None:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({**body, **figures}, indent=2) + "\n")
+
+        body |= large_workload(fresh, order, args, console, save)
+        body["load_average_at_end"] = os.getloadavg()
+        save({})
+        rate = body["single_removals_per_second"]
+        console.print(
+            f"n={args.n} d={args.d} K={k}: train {train_s:.1f} s, build "
+            f"{body['hessian_build']['seconds']:.2f} s, "
+            f"{'-' if rate is None else f'{rate:.0f}'} single removals/s, stream "
+            f"{body['stream']['amortised_seconds_per_removal'] * 1e3:.2f} ms/removal, "
+            + ", ".join(
+                f"batch {m}: {b['seconds'] * 1e3:.1f} ms" for m, b in body["batches"].items()
+            )
+            + f", retrain {body['retrain_seconds']:.1f} s; memory {body['memory_after_retrain']}"
+        )
+        console.print(f"wrote {args.out}")
+        return
     settings = {
         "n": args.n,
         "d": args.d,
+        "k": k,
         "backend": args.backend,
         "device": args.device,
         "stream_removals": args.stream,
@@ -347,7 +476,9 @@ def main() -> None:
             modes[accounting] |= {
                 **cycle,
                 "amortised_seconds_per_removal_one_cycle": cycle["amortised_seconds_per_removal"],
-                "batches": batch_charges(with_config(fresh, accounting=accounting), order),
+                "batches": batch_charges(
+                    with_config(fresh, accounting=accounting), order, args.batches
+                ),
             }
         if args.stream:
 
@@ -405,10 +536,11 @@ def main() -> None:
         "modes": modes,
         "n": args.n,
         "d": args.d,
-        "k": 10,
+        "k": k,
         "backend": args.backend,
         "device": args.device,
         "device_name": device_name,
+        "memory": gpu_memory(),
         "stream_removals": args.stream,
         "hessian_build": build,
         "source": source,
@@ -438,7 +570,7 @@ def main() -> None:
         ("amortised_seconds_per_removal", "amortised s / removal, stream", ".3f"),
     ):
         table.add_row(label, *(cell(m, key, fmt) for m in modes))
-    for m in BATCHES:
+    for m in args.batches:
         row = []
         for mode in modes:
             b = modes[mode]["batches"].get(str(m))
@@ -458,7 +590,7 @@ def main() -> None:
     bounds.add_column("batch")
     for kind in ("worst", "data", "tight", "exact"):
         bounds.add_column(kind, justify="right")
-    for m in BATCHES:
+    for m in args.batches:
         b = next(iter(modes.values()))["batches"].get(str(m))
         if b is not None:
             bounds.add_row(f"{m:,}", *(f"{b['bounds'][k] / fresh.budget:.3g}" for k in b["bounds"]))

@@ -7,13 +7,18 @@ from support.heads import planted_problem
 
 from simulator.errors import ConfigError
 from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData
-from simulator.head.backend import NumpyBackend, TorchBackend, resolve
+from simulator.head.backend import GPU_PATH_VARIABLE, NumpyBackend, TorchBackend, resolve
 
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("accounting", ["anchored", "guo", "exact"])
-def test_torch_cpu_head_matches_numpy(accounting: str) -> None:
+@pytest.mark.parametrize("gpu_path", [False, True], ids=["cpu-path", "gpu-path"])
+@pytest.mark.parametrize("accounting", ["anchored", "guo", "exact", "worst"])
+def test_torch_cpu_head_matches_numpy(
+    accounting: str, gpu_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if gpu_path:  # torch without its numpy fast paths: what a GPU runs
+        monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
     ref, other = twin_heads("torch", accounting=accounting, sigma=0.5, lam=1e-2)
     assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)
     assert isinstance(other._W, torch.Tensor)

@@ -107,10 +107,14 @@ def decode_deletion(arrays: Mapping[str, NDArray[Any]]) -> DeletionStatistics:
     if missing:
         raise InputError(f"deletion statistics lack arrays {missing}")
     reweighted = decode_statistics(arrays, prefix="rw_") if "rw_loss" in arrays else None
+    curvature = np.asarray(arrays["removed_curvature"], dtype=np.float64)
+    if not np.all(np.isfinite(curvature)) or np.any(curvature < 0):
+        # a_j p (1 - p) >= 0: the head downdates with sqrt(curvature) (solver.downdate_rows)
+        raise InputError("removed_curvature must be finite and non-negative")
     return DeletionStatistics(
         removed_gradient=np.asarray(arrays["removed_gradient"], dtype=np.float64),
         removed_rows=np.asarray(arrays["removed_rows"], dtype=np.float64),
-        removed_curvature=np.asarray(arrays["removed_curvature"], dtype=np.float64),
+        removed_curvature=curvature,
         reweighted=reweighted,
         weight_change_l1=_scalar(arrays["weight_change_l1"]),
         max_weight=_scalar(arrays["max_weight"]),

@@ -17,6 +17,7 @@ the same code path as on a GPU, which is how the tests check the GPU maths witho
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import cache
 from typing import Any, Literal
@@ -34,6 +35,18 @@ DeviceName = Literal["cpu", "cuda", "auto"]
 BackendName = Literal["numpy", "torch", "auto"]
 DEVICES: tuple[DeviceName, ...] = ("cpu", "cuda", "auto")
 BACKENDS: tuple[BackendName, ...] = ("numpy", "torch", "auto")
+
+
+#: environment variable that makes torch on the CPU run the GPU's code path (``TorchBackend``)
+GPU_PATH_VARIABLE = "UNLEARNSIM_TORCH_GPU_PATH"
+
+
+class NotPositiveDefinite(np.linalg.LinAlgError):
+    """A Cholesky factorisation of a batch failed; ``index`` is the first matrix that is not SPD."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"matrix {index} of the batch is not positive definite")
+        self.index = index
 
 
 #: floats per block of rows in the Hessian build (64 MB: 8,192 rows at d = 1,024). Measured
@@ -179,21 +192,44 @@ class NumpyBackend:
         return bool(np.all(x))
 
     def cholesky(self, A: Array) -> Array:
-        """Lower Cholesky factor; raises ``np.linalg.LinAlgError`` if A is not SPD."""
-        return sla.cholesky(A, lower=True, check_finite=False)
+        """Lower Cholesky factors of a batch ``A`` (K, d, d); raises NotPositiveDefinite."""
+        out = np.empty_like(A)
+        for c in range(A.shape[0]):
+            try:
+                out[c] = sla.cholesky(A[c], lower=True, check_finite=False)
+            except np.linalg.LinAlgError as exc:
+                raise NotPositiveDefinite(c) from exc
+        return out
 
     def solve_triangular(self, L: Array, B: Array, *, trans: bool = False) -> Array:
-        """``L^{-1} B`` (or ``L^{-T} B`` with ``trans``) for lower-triangular L."""
+        """``L_k^{-1} B_k`` (``L_k^{-T} B_k`` with ``trans``), class by class.
+
+        ``L`` (K, d, d) lower-triangular, ``B`` (K, d, c).
+        """
         mode = "T" if trans else "N"
-        return sla.solve_triangular(L, B, lower=True, trans=mode, check_finite=False)
+        out = np.empty_like(B)
+        for c in range(L.shape[0]):
+            out[c] = sla.solve_triangular(L[c], B[c], lower=True, trans=mode, check_finite=False)
+        return out
 
     def cho_solve(self, L: Array, B: Array) -> Array:
-        """``(L L^T)^{-1} B`` by two triangular solves (LAPACK's potrs is ~6x slower here)."""
+        """``(L_k L_k^T)^{-1} B_k`` for factors (K, d, d) and ``B`` (K, d, c).
+
+        Two triangular solves (LAPACK's potrs is ~6x slower here).
+        """
         return self.solve_triangular(L, self.solve_triangular(L, B), trans=True)
 
     def solve(self, A: Array, B: Array) -> Array:
-        """``A^{-1} B`` for a square, non-singular ``A``."""
+        """``A^{-1} B`` for square, non-singular ``A`` (batches of matrices too)."""
         return np.linalg.solve(A, B)
+
+    def stack(self, parts: Sequence[Array], axis: int = 0) -> Array:
+        """The ``parts`` (same shape) stacked along a new ``axis``."""
+        return np.stack(list(parts), axis=axis)
+
+    def expand(self, x: Array, shape: Sequence[int]) -> Array:
+        """``x`` broadcast to ``shape`` (a read-only view, no copy)."""
+        return np.broadcast_to(x, tuple(shape))
 
     def top_eigenvalue(self, A: Array) -> float:
         """Largest eigenvalue of a symmetric matrix."""
@@ -203,7 +239,13 @@ class NumpyBackend:
 
 
 class TorchBackend:
-    """torch tensors (float64) on ``device``; torch.linalg factorisations."""
+    """torch tensors (float64) on ``device``; torch.linalg factorisations.
+
+    On the CPU two row passes (``weighted_grams``, ``transposed_product``) go through numpy on
+    the same memory (faster there); with the environment variable ``UNLEARNSIM_TORCH_GPU_PATH=1``
+    they take the GPU's code path instead, so that the tests can run on the CPU exactly what a
+    GPU runs (e.g. count its device-to-host transfers).
+    """
 
     name = "torch"
 
@@ -213,6 +255,8 @@ class TorchBackend:
         self._torch = torch
         self.device = device
         self._dev = torch.device(device)
+        gpu_path = os.environ.get(GPU_PATH_VARIABLE, "") not in ("", "0")
+        self._numpy_fast_paths = self._dev.type == "cpu" and not gpu_path
 
     def __getstate__(self) -> dict[str, object]:
         return {"device": self.device}
@@ -300,7 +344,7 @@ class TorchBackend:
         temporary stays below ~2^27 floats (1 GiB) whatever n.
         """
         t = self._torch
-        if self._dev.type == "cpu":
+        if self._numpy_fast_paths:
             Xn = X.detach().contiguous().numpy()
             Cn = C.detach().contiguous().numpy()
             return t.from_numpy(weighted_grams_numpy(Xn, Cn))
@@ -324,7 +368,7 @@ class TorchBackend:
         numpy's 104 ms, which made the exact residual of a single removal 3x numpy's. On a GPU
         the product as written.
         """
-        if self._dev.type == "cpu":
+        if self._numpy_fast_paths:
             Xn, Cn = X.detach().numpy(), C.detach().numpy()
             return self._torch.from_numpy(np.ascontiguousarray(Xn.T @ Cn))
         return X.T @ C
@@ -334,27 +378,47 @@ class TorchBackend:
         return bool(self._torch.all(self.asarray(x) != 0))
 
     def cholesky(self, A: Array) -> Array:
-        """Lower Cholesky factor; raises ``np.linalg.LinAlgError`` if A is not SPD."""
+        """Lower Cholesky factors of a batch ``A`` (K, d, d) in one call.
+
+        One read-back (the K status codes) checks them; raises :class:`NotPositiveDefinite`.
+        """
         L, info = self._torch.linalg.cholesky_ex(A)
-        if int(info) != 0:
-            raise np.linalg.LinAlgError("matrix is not positive definite")
+        failed = np.flatnonzero(info.cpu().numpy())
+        if failed.size:
+            raise NotPositiveDefinite(int(failed[0]))
         return L
 
     def solve_triangular(self, L: Array, B: Array, *, trans: bool = False) -> Array:
-        """``L^{-1} B`` (or ``L^{-T} B`` with ``trans``) for lower-triangular L."""
-        vector = B.ndim == 1
-        rhs = B[:, None] if vector else B
+        """``L_k^{-1} B_k`` (``L_k^{-T} B_k`` with ``trans``), one batched call for all K.
+
+        ``L`` (K, d, d) lower-triangular, ``B`` (K, d, c).
+        """
         A = L.mT if trans else L
-        out = self._torch.linalg.solve_triangular(A, rhs, upper=trans)
-        return out[:, 0] if vector else out
+        return self._torch.linalg.solve_triangular(A, B, upper=trans)
 
     def cho_solve(self, L: Array, B: Array) -> Array:
-        """``(L L^T)^{-1} B`` by two triangular solves (LAPACK's potrs is ~6x slower here)."""
+        """``(L_k L_k^T)^{-1} B_k`` for factors (K, d, d) and ``B`` (K, d, c).
+
+        Two batched triangular solves.
+        """
         return self.solve_triangular(L, self.solve_triangular(L, B), trans=True)
 
     def solve(self, A: Array, B: Array) -> Array:
-        """``A^{-1} B`` for a square, non-singular ``A``."""
-        return self._torch.linalg.solve(A, B)
+        """``A^{-1} B`` for square, non-singular ``A`` (batches of matrices too).
+
+        ``solve_ex`` does not check for singularity (``solve`` would wait for the device to
+        report it): a singular ``A`` gives non-finite values, which the solver's residual
+        check catches.
+        """
+        return self._torch.linalg.solve_ex(A, B)[0]
+
+    def stack(self, parts: Sequence[Array], axis: int = 0) -> Array:
+        """The ``parts`` (same shape) stacked along a new ``axis``."""
+        return self._torch.stack(list(parts), dim=axis)
+
+    def expand(self, x: Array, shape: Sequence[int]) -> Array:
+        """``x`` broadcast to ``shape`` (a view, no copy)."""
+        return x.expand(*shape)
 
     def top_eigenvalue(self, A: Array) -> float:
         """Largest eigenvalue of a symmetric matrix."""

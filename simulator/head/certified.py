@@ -78,6 +78,18 @@ STATE_VERSION = 2
 
 
 @dataclass(frozen=True)
+class _ColumnTerms:
+    """The per-class (K,) norms of one step's bounds (:meth:`CertifiedHead._column_terms`)."""
+
+    head_norms: FloatArray
+    reference_gaps: FloatArray
+    step_norms: FloatArray
+    projected_steps: FloatArray
+    projected_gaps: FloatArray
+    carried_norms: FloatArray | None
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     """What one removal measured and decided, for its report.
 
@@ -346,7 +358,9 @@ class CertifiedHead:
             if self.data.retained_count:  # keep Gram and preconditioner on the retained rows
                 self._downdate(delta, len(ids))
             return self._retrained(ids, "method", t0)
-        with single_threaded_blas(len(ids) <= SMALL_BATCH):
+        # a GPU head's kernels run on the device: the host's thread pools stay as they are
+        small = len(ids) <= SMALL_BATCH and self._bk.device == "cpu"
+        with single_threaded_blas(small):
             return self._remove(ids, t0)
 
     def _remove(self, ids: list[int], t0: float) -> RemovalReport:
@@ -415,7 +429,8 @@ class CertifiedHead:
     def _newton_step(self, delta: DeletionStatistics, m: int) -> SolveResult:
         """Bring the Hessian to the retained rows and solve for the step to the new optimum."""
         _HESSIAN_UPDATES[self.config.hessian_mode](self, delta, m)
-        return self._solver.solve(self._step_gradient(delta, m))
+        floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
+        return self._solver.solve(self._step_gradient(delta, m), floor=floor)
 
     def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
         """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
@@ -438,7 +453,9 @@ class CertifiedHead:
         """
         rows = delta.removed_rows
         self._gram.downdate(rows)
-        self._solver.downdate_rows(rows, delta.removed_curvature, diagonal=self.config.lam * m)
+        self._solver.downdate_rows(
+            rows, delta.removed_curvature, diagonal=self.config.lam * m, nonnegative=True
+        )
         if delta.reweighted is not None:
             assert delta.reweighted.hessian is not None
             self._solver.downdate_dense(-delta.reweighted.hessian)
@@ -456,40 +473,41 @@ class CertifiedHead:
     def _step_bounds(
         self, delta: DeletionStatistics, solved: SolveResult, m: int, retained: int
     ) -> StepResiduals:
-        """Worst-case and data-dependent bounds on the step's new error (``certificate.py``).
+        """Worst-case, data-dependent and tight bounds on the step's new error (``certificate.py``).
 
         The per-class bounds are stacked (one mechanism on the stacked head); ``exact`` is left
-        None (:meth:`_with_exact`).
+        None (:meth:`_with_exact`). The O(d^2 K) terms are computed where the head lives and
+        read back together, once (:meth:`_column_terms`); the O(K) arithmetic is numpy's.
         """
         cfg = self.config
+        columns = self._column_terms(solved.step)
         gradient_bounds = removal_gradient_bound(
             batch=m,
-            head_norms=self._norms(self._W),
+            head_norms=columns.head_norms,
             lam=cfg.lam,
             max_weight=delta.max_weight,
             weight_change_l1=delta.weight_change_l1,
         )
-        if self._folds_carried():
-            gradient_bounds = gradient_bounds + self._norms(self._carried)
+        if columns.carried_norms is not None:
+            gradient_bounds = gradient_bounds + columns.carried_norms
         terms = StepTerms(
-            reference_gaps=self._norms(self._W_ref - self._W),
+            reference_gaps=columns.reference_gaps,
             solve_residuals=solved.residual_norms,
             max_weight=delta.max_weight,
         )
         worst = worst_case_bound(
             terms, gradient_bounds=gradient_bounds, retained=retained, lam=cfg.lam
         )
-        projected_steps = self._projected_norms(solved.step)
         data = data_dependent_bound(
             terms,
             spectral_norm=self._spectral,
-            step_norms=self._norms(solved.step),
-            projected_norms=projected_steps,
+            step_norms=columns.step_norms,
+            projected_norms=columns.projected_steps,
         )
         tight = tight_bound(
             dataclasses.replace(terms, gamma=GAMMA_LOGISTIC_TIGHT),
-            projected_gaps=self._projected_norms(self._W_ref - self._W),
-            projected_norms=projected_steps,
+            projected_gaps=columns.projected_gaps,
+            projected_norms=columns.projected_steps,
         )
         return StepResiduals(
             worst=stacked_norm(worst),
@@ -498,13 +516,35 @@ class CertifiedHead:
             exact=None,
         )
 
-    def _projected_norms(self, U: Array) -> FloatArray:
-        """``||X' u_k||`` per column, from the Gram matrix kept current by downdates.
+    def _column_terms(self, step: Array) -> _ColumnTerms:
+        """Every per-class norm the bounds need, in one read-back from the head's device.
 
-        ``sqrt(u_k^T (X'^T X') u_k)``: ``O(d^2 K)``, no pass over the rows.
+        ``||w_k||``, ``||w_ref,k - w_k||``, ``||u_k||``, ``||X' u_k||`` and
+        ``||X' (w_ref,k - w_k)||`` (the projections from the Gram matrix kept current by
+        downdates, ``sqrt(v^T (X'^T X') v)``: ``O(d^2 K)``, no pass over the rows) and, where
+        the carried gradient enters the step, its norms.
         """
-        quadratic = self._bk.to_numpy(self._gram.quadratic(U))
-        return np.sqrt(np.maximum(quadratic, 0.0))
+        bk = self._bk
+        gap = self._W_ref - self._W
+        parts = [
+            bk.norms(self._W),
+            bk.norms(gap),
+            bk.norms(step),
+            self._gram.quadratic(step),
+            self._gram.quadratic(gap),
+        ]
+        carried = self._folds_carried()
+        if carried:
+            parts.append(bk.norms(self._carried))
+        host = bk.to_numpy(bk.stack(parts))
+        return _ColumnTerms(
+            head_norms=host[0],
+            reference_gaps=host[1],
+            step_norms=host[2],
+            projected_steps=np.sqrt(np.maximum(host[3], 0.0)),
+            projected_gaps=np.sqrt(np.maximum(host[4], 0.0)),
+            carried_norms=host[5] if carried else None,
+        )
 
     def _with_exact(
         self, bounds: StepResiduals, W_new: Array, timings: dict[str, float]

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, NumericalError
-from simulator.head.backend import NUMPY, Array, Backend
+from simulator.head.backend import NUMPY, Array, Backend, NotPositiveDefinite
 from simulator.head.data import HeadData
 from simulator.head.logistic import (
     ShardStatistics,
@@ -57,8 +57,8 @@ class TrainResult:
     when None) and ``gram`` the retained rows' ``X^T X`` (None from :func:`retrain_head`);
     they seed the removal machinery, whose bounds charge the gap ``||W_ref - W||``. Arrays are
     the backend's (numpy by default), ``gradient_norms`` numpy. ``factors``, when given, are
-    the lower Cholesky factors of ``hessian`` (the warm retrain's polish computed them; the
-    removal solver takes them instead of factorising again).
+    the lower Cholesky factors (K, d, d) of ``hessian`` (the warm retrain's polish computed
+    them; the removal solver takes them instead of factorising again).
     """
 
     W: Array
@@ -70,7 +70,7 @@ class TrainResult:
     newton_iterations: int = -1
     hessian_builds: int = -1
     reference: Array | None = None
-    factors: list[Array] | None = None
+    factors: Array | None = None
 
     def __post_init__(self) -> None:
         # the cold path builds the Hessians once per Newton iteration (and at the last point)
@@ -149,28 +149,22 @@ def _line_search(
 Preconditioner = Callable[[Array], Array]
 
 
-def _cholesky_factors(hessian: Array, bk: Backend) -> list[Array]:
-    """Lower Cholesky factors of ``hessian`` (K, d, d), one per class."""
-    factors = []
-    for c in range(hessian.shape[0]):
-        try:
-            factors.append(bk.cholesky(hessian[c]))
-        except np.linalg.LinAlgError as exc:
-            raise NumericalError(f"Hessian of class {c} is not positive definite") from exc
-    return factors
+def _cholesky_factors(hessian: Array, bk: Backend) -> Array:
+    """Lower Cholesky factors of ``hessian`` (K, d, d), all classes in one batched call."""
+    try:
+        return bk.cholesky(hessian)
+    except NotPositiveDefinite as exc:
+        raise NumericalError(f"Hessian of class {exc.index} is not positive definite") from exc
 
 
 def _cholesky_preconditioner(
-    hessian: Array, bk: Backend, factors: list[Array] | None = None
+    hessian: Array, bk: Backend, factors: Array | None = None
 ) -> Preconditioner:
     """``g -> H_k^{-1} g_k`` per class from Cholesky factors of ``hessian`` (K, d, d)."""
     factors = _cholesky_factors(hessian, bk) if factors is None else factors
 
     def solve(g: Array) -> Array:
-        out = bk.zeros(g.shape)
-        for c, L in enumerate(factors):
-            out[:, c] = bk.cho_solve(L, g[:, c])
-        return out
+        return bk.cho_solve(factors, g.T[:, :, None])[:, :, 0].T
 
     return solve
 
