@@ -7,7 +7,8 @@ device-to-host transfers, the part of a removal that a GPU does not speed up. Pe
 (numpy; torch on the CPU, whose code path is the GPU's) and accounting: the median and mean
 seconds of ``--removals`` single removals (a removal that retrains is left out and
 counted), and the
-device-to-host transfers per removal counted by :class:`TransferCounter` (torch only).
+device-to-host transfers per removal (torch only, on a head that takes the GPU's code path:
+``tests/support/transfers.py``).
 
 Run it on two source trees to compare before and after a change, e.g.
 ``PYTHONPATH=/path/to/old/tree python bench/overhead.py --out /tmp/before.json``.
@@ -34,6 +35,8 @@ from rich.table import Table
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData
 from simulator.head.backend import make_backend
 
+GPU_PATH_VARIABLE = "UNLEARNSIM_TORCH_GPU_PATH"  # simulator.head.backend's (older trees lack it)
+
 N, D, K = 20_000, 64, 10
 
 
@@ -50,19 +53,30 @@ def small_head(backend: str, accounting: str) -> CertifiedHead:
     return CertifiedHead(data, cfg, rng=np.random.default_rng(1))
 
 
-def transfers_per_removal(head: CertifiedHead, ids: np.ndarray) -> float | None:
-    """Mean device-to-host transfers per removal (torch heads; None for numpy)."""
-    if head.config.backend != "torch":
-        return None
-    try:  # the tests' counter (tests/support/transfers.py)
+def transfers_per_removal(accounting: str, ids: np.ndarray) -> float | None:
+    """Mean device-to-host transfers per removal (retrains left out) of a torch head on the
+    GPU's code path.
+
+    Counted by the tests' counter (``tests/support/transfers.py``) on a head built with
+    ``UNLEARNSIM_TORCH_GPU_PATH=1`` (what a GPU runs); None in a tree without the counter.
+    """
+    try:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from support.transfers import TransferCounter
     except ImportError:  # an older tree without the counter
         return None
-    with TransferCounter() as counter:
-        for sid in ids:
-            head.remove([int(sid)])
-    return counter.count / len(ids)
+    os.environ[GPU_PATH_VARIABLE] = "1"
+    try:
+        head = small_head("torch", accounting)
+    finally:
+        del os.environ[GPU_PATH_VARIABLE]
+    counts = []
+    for sid in ids:
+        with TransferCounter() as counter:
+            report = head.remove([int(sid)])
+        if not report.retrained:  # a retrain's Newton iterations read back by design
+            counts.append(counter.count)
+    return float(np.mean(counts)) if counts else None
 
 
 def measure(backend: str, accounting: str, removals: int) -> dict[str, Any]:
@@ -80,7 +94,9 @@ def measure(backend: str, accounting: str, removals: int) -> dict[str, Any]:
             retrains += 1
         else:
             seconds.append(time.perf_counter() - t)
-    counted = transfers_per_removal(head, order[20 + removals : 20 + removals + 50])
+    counted = None
+    if backend == "torch":
+        counted = transfers_per_removal(accounting, order[20 : 20 + 100])
     return {
         "backend": backend,
         "accounting": accounting,
