@@ -66,16 +66,16 @@ def transfers_per_removal(accounting: str, ids: np.ndarray) -> float | None:
     except ImportError:  # an older tree without the counter
         return None
     os.environ[GPU_PATH_VARIABLE] = "1"
+    counts = []
     try:
         head = small_head("torch", accounting)
+        for sid in ids:
+            with TransferCounter() as counter:
+                report = head.remove([int(sid)])
+            if not report.retrained:  # a retrain's Newton iterations read back by design
+                counts.append(counter.count)
     finally:
         del os.environ[GPU_PATH_VARIABLE]
-    counts = []
-    for sid in ids:
-        with TransferCounter() as counter:
-            report = head.remove([int(sid)])
-        if not report.retrained:  # a retrain's Newton iterations read back by design
-            counts.append(counter.count)
     return float(np.mean(counts)) if counts else None
 
 

@@ -263,11 +263,21 @@ class TorchBackend:
         self._torch = torch
         self.device = device
         self._dev = torch.device(device)
+
+    @property
+    def _numpy_fast_paths(self) -> bool:
+        """Whether the CPU's numpy shortcuts apply (read at each call: tests switch them)."""
         gpu_path = os.environ.get(GPU_PATH_VARIABLE, "") not in ("", "0")
-        self._numpy_fast_paths = self._dev.type == "cpu" and not gpu_path
-        #: on a GPU a batched triangular solve with one right-hand side is latency-bound
-        #: (``solver.HessianSolver._base_inverse``): solve by products with an inverse there
-        self.prefers_products = not self._numpy_fast_paths
+        return self._dev.type == "cpu" and not gpu_path
+
+    @property
+    def prefers_products(self) -> bool:
+        """Apply inverses by products rather than triangular solves (a GPU).
+
+        There a batched triangular solve with one right-hand side is latency-bound
+        (``solver.HessianSolver._solve_base``).
+        """
+        return not self._numpy_fast_paths
 
     def __getstate__(self) -> dict[str, object]:
         return {"device": self.device}
@@ -447,7 +457,13 @@ def backend_of(x: Array) -> Backend:
     """The backend an array belongs to (numpy for anything that is not a torch tensor)."""
     if isinstance(x, np.ndarray) or not hasattr(x, "detach"):
         return NUMPY
-    return TorchBackend(str(x.device))
+    return _torch_backend(str(x.device))
+
+
+@cache
+def _torch_backend(device: str) -> TorchBackend:
+    """One backend object per device (building one per call cost a few microseconds)."""
+    return TorchBackend(device)
 
 
 @cache

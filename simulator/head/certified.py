@@ -525,25 +525,21 @@ class CertifiedHead:
         the carried gradient enters the step, its norms.
         """
         bk = self._bk
+        k = step.shape[1]
         gap = self._W_ref - self._W
-        parts = [
-            bk.norms(self._W),
-            bk.norms(gap),
-            bk.norms(step),
-            self._gram.quadratic(step),
-            self._gram.quadratic(gap),
-        ]
         carried = self._folds_carried()
-        if carried:
-            parts.append(bk.norms(self._carried))
-        host = bk.to_numpy(bk.stack(parts))
+        columns = [step, gap, self._W] + ([self._carried] if carried else [])
+        stacked = bk.concat(columns, axis=1)  # (d, 3K or 4K): one pass for every norm
+        norms = bk.norms(stacked)
+        quadratic = self._gram.quadratic(stacked[:, : 2 * k])  # steps and gaps together
+        host = bk.to_numpy(bk.concat([norms, quadratic]))
         return _ColumnTerms(
-            head_norms=host[0],
-            reference_gaps=host[1],
-            step_norms=host[2],
-            projected_steps=np.sqrt(np.maximum(host[3], 0.0)),
-            projected_gaps=np.sqrt(np.maximum(host[4], 0.0)),
-            carried_norms=host[5] if carried else None,
+            step_norms=host[:k],
+            reference_gaps=host[k : 2 * k],
+            head_norms=host[2 * k : 3 * k],
+            carried_norms=host[3 * k : 4 * k] if carried else None,
+            projected_steps=np.sqrt(np.maximum(host[-2 * k : -k], 0.0)),
+            projected_gaps=np.sqrt(np.maximum(host[-k:], 0.0)),
         )
 
     def _with_exact(

@@ -112,6 +112,7 @@ class HessianSolver:
         self._clear_pending()
         self._factors: Array | None = None
         self._inverse: Array | None = None  # base^{-1} where the backend prefers products
+        self._factor_solves = 0  # solves with the current factors (the inverse is lazy)
         if factors is None:
             self._factorise()
         else:  # the caller's factors of exactly these matrices (a retrain's polish)
@@ -119,7 +120,6 @@ class HessianSolver:
             if tuple(stacked.shape) != tuple(self._base.shape):
                 raise InputError(f"factors {tuple(stacked.shape)} != {tuple(self._base.shape)}")
             self._factors = stacked
-            self._inverse = self._base_inverse(stacked)
             self.factorisations += 1
 
     def _stacked(self, arrays: Array | list[Array]) -> Array:
@@ -171,33 +171,31 @@ class HessianSolver:
     def _factorise(self) -> None:
         try:
             self._factors = self._bk.cholesky(self._base)
-            self._inverse = self._base_inverse(self._factors)
+            self._inverse, self._factor_solves = None, 0
         except NotPositiveDefinite as exc:
             raise NumericalError(f"Hessian of class {exc.index} is not positive definite") from exc
         self.factorisations += 1
 
-    def _base_inverse(self, factors: Array) -> Array | None:
-        """``base_k^{-1}`` from the factors where the backend prefers products, else None.
-
-        A GPU prefers products to triangular solves: a batched triangular solve with one
-        right-hand side took 0.8 ms on an H200 at d = 1,024, K = 10, a batched product
-        microseconds.
-
-        Computing it costs ``K d^3`` once per factorisation; the solves stay verified by
-        their true residual, so an inaccurate inverse costs refinement steps, not soundness.
-        """
-        if not self._bk.prefers_products:
-            return None
-        return self._bk.cholesky_inverse(factors)
-
     def _solve_base(self, B: Array) -> Array:
         """``base_k^{-1} B_k`` for ``B`` (K, d, c).
 
-        A batched product with the inverse, or two triangular solves with the factors.
+        Two triangular solves with the factors or, where the backend prefers products (a
+        GPU: a batched triangular solve with one right-hand side took 0.8 ms on an H200 at
+        d = 1,024, K = 10, a batched product microseconds), a batched product with
+        ``base^{-1}``. The inverse costs ``K d^3`` (about 7 ms there), so it is formed at the
+        third application with the same factors (a solve makes one or two): a lone solve
+        after a fold (a large batch) keeps the triangular solves, a stream of single
+        removals gets the products. The solves stay
+        verified by their true residual, so an inaccurate inverse would cost refinement
+        steps, not soundness.
         """
         if self._inverse is not None:
             return self._inverse @ B
         assert self._factors is not None
+        self._factor_solves += 1
+        if self._bk.prefers_products and self._factor_solves > 2:
+            self._inverse = self._bk.cholesky_inverse(self._factors)
+            return self._inverse @ B
         return self._bk.cho_solve(self._factors, B)
 
     def _fold_pending(self) -> None:
@@ -206,7 +204,7 @@ class HessianSolver:
             self._base = self.hessians
         self._clear_pending()
         self._factors = None
-        self._inverse = None
+        self._inverse, self._factor_solves = None, 0
 
     def state_dict(self) -> dict[str, Any]:
         """Every array and counter, as numpy (the factors too: a restore is bit-exact).
@@ -254,7 +252,7 @@ class HessianSolver:
         self._factors = (
             None if factors is None else bk.asarray(np.asarray(factors, dtype=np.float64))
         )
-        self._inverse = None if self._factors is None else self._base_inverse(self._factors)
+        self._inverse, self._factor_solves = None, 0
         self.factorisations = int(state["factorisations"])
 
     # -------------------------------------------------------------- downdates
@@ -358,7 +356,11 @@ class HessianSolver:
         inv_a = self._cap_inverse
         a_p = inv_a @ P
         q_a = Q @ inv_a
-        s_inv = bk.solve(R - Q @ a_p, bk.expand(bk.eye(fresh)[None, :, :], tuple(R.shape)))
+        schur = R - Q @ a_p
+        if fresh == 1:  # a single removal: the Schur complement is a number per class
+            s_inv = 1.0 / schur  # (a batched LU would upload pointer arrays on a GPU)
+        else:
+            s_inv = bk.solve(schur, bk.expand(bk.eye(fresh)[None, :, :], tuple(R.shape)))
         a_p_s = a_p @ s_inv
         top = bk.concat([inv_a + a_p_s @ q_a, -a_p_s], axis=2)
         bottom = bk.concat([-(s_inv @ q_a), s_inv], axis=2)
