@@ -219,6 +219,31 @@ def test_solver_low_rank_downdates_match_direct_solve(pending) -> None:
     assert solver.factorisations == (1 if pending == 0 else 2)
 
 
+@pytest.mark.parametrize("floor", [0.0, 20.0])
+def test_solver_reports_the_true_residual_it_leaves(floor: float) -> None:
+    """The residual the bounds charge (``||e||``) is that of the returned step, exactly.
+
+    A loose ``rtol`` stops the solve after one Neumann step, leaving a visible residual; the
+    reported norms must equal ``||g - H u||`` with the dense matrices, not a recurrence's
+    estimate (zero, or ``mu ||z||``).
+    """
+    rng = np.random.default_rng(11)
+    A = rng.normal(size=(3, 20, 20))
+    H = A @ A.transpose(0, 2, 1) + 20 * np.eye(20)
+    solver = HessianSolver(H, max_pending_rows=64, rtol=1e-2)
+    target = H.copy()
+    for _ in range(30):
+        row = rng.normal(size=(1, 20)) * 0.3
+        coef = rng.uniform(0.0, 0.25, size=(1, 3))
+        solver.downdate_rows(row, coef, diagonal=0.2)
+        target -= coef.T[:, :, None] * (row.T @ row)[None] + 0.2 * np.eye(20)
+    g = rng.normal(size=(20, 3))
+    res = solver.solve(g, floor=floor)
+    true = np.array([np.linalg.norm(g[:, c] - target[c] @ res.step[:, c]) for c in range(3)])
+    assert true.min() > 1e-8  # the loose tolerance left something to report
+    np.testing.assert_allclose(res.residual_norms, true, rtol=1e-6)
+
+
 def test_same_seed_same_result() -> None:
     outs = []
     for _ in range(2):

@@ -137,6 +137,10 @@ class NumpyBackend:
         """The ``parts`` joined along ``axis``."""
         return np.concatenate(list(parts), axis=axis)
 
+    def index(self, index: NDArray[Any]) -> Array:
+        """A numpy integer or boolean index as this backend's index (itself here)."""
+        return index
+
     def take_rows(self, x: Array, index: NDArray[Any]) -> Array:
         """``x[index]`` for a numpy integer or boolean index."""
         return x[index]
@@ -312,9 +316,15 @@ class TorchBackend:
         """The ``parts`` joined along ``axis``."""
         return self._torch.cat(list(parts), dim=axis)
 
-    def take_rows(self, x: Array, index: NDArray[Any]) -> Array:
-        """``x[index]`` for a numpy integer or boolean index."""
-        return x[self._torch.as_tensor(np.asarray(index), device=self._dev)]
+    def index(self, index: NDArray[Any]) -> Array:
+        """A numpy integer or boolean index as a tensor on the device (one upload, reusable)."""
+        return self._torch.as_tensor(np.asarray(index), device=self._dev)
+
+    def take_rows(self, x: Array, index: NDArray[Any] | Array) -> Array:
+        """``x[index]`` for a numpy integer or boolean index, or one from :meth:`index`."""
+        if isinstance(index, self._torch.Tensor):
+            return x[index]
+        return x[self.index(index)]
 
     def sum(self, x: Array, axis: int) -> Array:
         """Sum along ``axis``."""

@@ -275,7 +275,8 @@ class LocalHeadData(HeadShape):
         """
         bk = self.backend
         idx = np.asarray(ids, dtype=np.int64)
-        Xr, Yr = bk.take_rows(self._Xb, idx), bk.take_rows(self._Yb, idx)
+        on_device = bk.index(idx)  # one upload for both (a synchronising copy on a GPU)
+        Xr, Yr = bk.take_rows(self._Xb, on_device), bk.take_rows(self._Yb, on_device)
         ar = bk.asarray(self._a[idx])
         removed = shard_statistics(Xr, Yr, ar, StatisticsRequest(W))
         p = sigmoid(Yr * (Xr @ bk.asarray(W_ref)))
