@@ -120,3 +120,20 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     assert main([*args, str(ours), "--no-plots"]) == 0
     assert main([*args, str(ours), "--no-plots"]) == 0
     assert (ours / "compare.md").read_text().endswith(MARK + "\n")
+
+
+def test_piped_output_is_not_wrapped_at_80_columns(
+    two_runs: list[Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: output that is not a terminal keeps every cell on its line, uncut."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    args = ["runs", "compare", *map(str, two_runs), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(x) for x in lines) > 80
+    assert not any("…" in x for x in lines)
+    folders = [x for x in lines if x.lstrip("│┃ ").startswith("folder")]
+    assert len(folders) == 1 and all(str(f) in folders[0] for f in two_runs)  # one line, whole

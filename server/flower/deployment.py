@@ -106,11 +106,12 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
         )
         return RunResult(folder, {}, [])
     from simulator.reporting.console import print_summary
-    from simulator.reporting.run_report import read_summary, read_verdict
+    from simulator.reporting.run_report import read_headline, read_summary, read_verdict
 
     rows = read_summary(folder / "summary.md")  # the table every run prints
     verdict = read_verdict(folder / "summary.md")
-    print_summary(console, f"{scenario.name}: summary", rows, folder, verdict)
+    headline = read_headline(folder / "summary.md")
+    print_summary(console, f"{scenario.name}: summary", rows, folder, verdict, headline=headline)
     return RunResult(folder, json.loads(metrics.read_text()), rows)
 
 
