@@ -18,6 +18,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -71,14 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 PIPED_WIDTH = 400
 
 
-def output_console() -> Console:
-    """The console of a command: the terminal's width, or :data:`PIPED_WIDTH` when piped.
+def output_console(**options: Any) -> Console:
+    """A console on stdout: the terminal's width, or :data:`PIPED_WIDTH` when piped.
 
-    ``COLUMNS`` in the environment still sets the width, as for any rich console.
+    ``COLUMNS`` in the environment still sets the width, as for any rich console; ``options``
+    go to :class:`rich.console.Console` (e.g. ``highlight=False``).
     """
-    console = Console()
+    console = Console(**options)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPED_WIDTH)
+        console = Console(width=PIPED_WIDTH, **options)
     return console
 
 

@@ -80,10 +80,13 @@ def test_runs_compare_table_and_overlaid_plots(
 
     figures = plot_compare([load_run(f) for f in two_runs], tmp_path / "again")
     ax = figures["accuracy.png"].axes[0]
-    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("quickstart/")]
     assert len(lines) == 2 and lines[0].get_linestyle() != lines[1].get_linestyle()
     assert lines[0].get_marker() != lines[1].get_marker()  # coinciding curves stay visible
-    assert ax.get_xlabel() == "batch"
+    assert ax.get_xlabel() == "stream tick"  # with the scenario's phases and shifts (issue 29)
+    labels = [t.get_text().strip() for t in ax.texts]
+    assert {"warmup", "class-1-purge", "client-2-cleanup"} <= set(labels)
+    assert any(t.startswith("shift: gaussian_noise") for t in labels)
 
 
 def test_runs_compare_refuses_a_folder_without_a_run(tmp_path: Path) -> None:

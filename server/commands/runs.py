@@ -77,8 +77,10 @@ def _compare_sweep(parent: Path, out: Path, args: argparse.Namespace, console: C
     """A seeded sweep's paired verdicts, table and overlaid plots; exit code 0."""
     from simulator.errors import InputError
     from simulator.reporting.sweep_compare import (
+        difference,
         load_sweep,
         plot_sweep,
+        scale_of,
         sweep_verdicts,
         write_sweep_compare,
     )
@@ -93,11 +95,10 @@ def _compare_sweep(parent: Path, out: Path, args: argparse.Namespace, console: C
         table.add_column(name, justify="left" if i < 3 else "right")
     for r in rows:
         s = r.stats
-        scale = 100.0 if "accuracy" in r.metric or r.metric == "budget used" else 1.0
+        unit = " %" if scale_of(r.metric) == 100.0 else ""
         table.add_row(
-            r.phase, r.metric + (" %" if scale == 100.0 else ""), f"{s.method} vs {s.base}",
-            str(s.seeds), f"{s.diff * scale:+.3g} [{s.low * scale:+.3g}, {s.high * scale:+.3g}]",
-            f"{s.p_value:.3g}", r.verdict,
+            r.phase, r.metric + unit, f"{s.method} vs {s.base}", str(s.seeds),
+            difference(s, r.metric), f"{s.p_value:.3g}", r.verdict,
         )  # fmt: skip
     console.print(table)
     path = write_sweep_compare(sweep, out, rows)

@@ -198,19 +198,31 @@ def sweep_verdicts(sweep: Sweep) -> list[SweepVerdict]:
     return out
 
 
-def _cell(mean: float, std: float, scale: float) -> str:
-    if not math.isfinite(mean):
-        return "n/a"
-    text = f"{mean * scale:.3g}"
-    return text if not math.isfinite(std) else f"{text} ± {std * scale:.2g}"
-
-
-def _scale(metric: str) -> float:
+def scale_of(metric: str) -> float:
+    """100 for a share shown in percent (accuracies, budget used), else 1."""
     return 100.0 if "accuracy" in metric or metric == "budget used" else 1.0
 
 
-def _num(v: float, scale: float) -> str:
-    return "n/a" if not math.isfinite(v) else f"{v * scale:+.3g}"
+def shown(v: float, metric: str, *, sign: bool = True) -> str:
+    """``v`` as the tables show ``metric``: percent with 2 decimals, else 3 significant digits."""
+    if not math.isfinite(v):
+        return "n/a"
+    k = scale_of(metric)
+    v = 0.0 if abs(v) < 1e-12 else v * k
+    plus = "+" if sign else ""
+    return f"{v:{plus}.2f}" if k == 100.0 else f"{v:{plus}.3g}"
+
+
+def _cell(mean: float, std: float, metric: str) -> str:
+    text = shown(mean, metric, sign=False)
+    if text == "n/a" or not math.isfinite(std):
+        return text
+    return f"{text} ± {shown(std, metric, sign=False)}"
+
+
+def difference(s: Paired, metric: str) -> str:
+    """``+d [low, high]``: the paired difference and its 95% t interval, as shown."""
+    return f"{shown(s.diff, metric)} [{shown(s.low, metric)}, {shown(s.high, metric)}]"
 
 
 def verdict_markdown(rows: Sequence[SweepVerdict]) -> str:
@@ -221,13 +233,13 @@ def verdict_markdown(rows: Sequence[SweepVerdict]) -> str:
         "|" + "---|" * 9,
     ]
     for r in rows:
-        s, k = r.stats, _scale(r.metric)
-        unit = " %" if k == 100.0 else ""
+        s, m = r.stats, r.metric
+        unit = " %" if scale_of(m) == 100.0 else ""
         p = "n/a" if not math.isfinite(s.p_value) else f"{s.p_value:.3g}"
         lines.append(
-            f"| {r.phase} | {r.metric}{unit} | {label(s.method)} vs {label(s.base)} | {s.seeds} "
-            f"| {_cell(s.mean_method, s.std_method, k)} | {_cell(s.mean_base, s.std_base, k)} "
-            f"| {_num(s.diff, k)} [{_num(s.low, k)}, {_num(s.high, k)}] | {p} | {r.verdict} |"
+            f"| {r.phase} | {m}{unit} | {label(s.method)} vs {label(s.base)} | {s.seeds} "
+            f"| {_cell(s.mean_method, s.std_method, m)} | {_cell(s.mean_base, s.std_base, m)} "
+            f"| {difference(s, m)} | {p} | {r.verdict} |"
         )
     return "\n".join(lines) + "\n"
 
