@@ -219,16 +219,19 @@ def run_marks(run: RunSummary) -> StreamMarks:
 
 def retrain_ticks(
     ax: Any, run: RunSummary, style: dict[str, Any], row: int, name: str | None
-) -> None:
+) -> bool:
     """``run``'s retrains as short vertical ticks along the bottom of ``ax``, one row per run.
 
-    ``style``: the run's colour (``color``); ``name``: the legend entry (None: none).
+    ``style``: the run's colour (``color``); ``name``: the legend entry (None: none). Whether
+    the run retrained at all (nothing is drawn, and ``name`` is not used, otherwise).
     """
     ticks = [
         batch_x(b, i) for i, b in enumerate(run.batches) if b.get("retrained") and b.get("samples")
     ]
-    ax.plot(ticks, [0.03 + 0.04 * row] * len(ticks), "|", color=style["color"], ms=9, mew=1.5,
-            transform=ax.get_xaxis_transform(), label=name if ticks else None)  # fmt: skip
+    if ticks:
+        ax.plot(ticks, [0.03 + 0.04 * row] * len(ticks), "|", color=style["color"], ms=9,
+                mew=1.5, transform=ax.get_xaxis_transform(), label=name)  # fmt: skip
+    return bool(ticks)
 
 
 def plot_compare(runs: Sequence[RunSummary], out: Path) -> dict[str, Any]:

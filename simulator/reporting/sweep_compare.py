@@ -315,6 +315,7 @@ def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
     ):
         fig, ax = plt.subplots(figsize=(10, 4.5))
         named: set[str] = set()
+        retrained: set[str] = set()
         for run, summary in sweep.runs:
             xs, ys = _tick_points(summary, key)
             first = run.method not in named
@@ -323,8 +324,9 @@ def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
                 ax.plot(xs, ys, color=colours[run.method], lw=1.2, alpha=0.75, marker="o", ms=2.5,
                         label=f"{run.method} (one line per seed)" if first else None)  # fmt: skip
             row = sweep.methods.index(run.method)
-            entry = f"retrains ({run.method})" if first else None
-            retrain_ticks(ax, summary, {"color": colours[run.method]}, row, entry)
+            entry = None if run.method in retrained else f"retrains ({run.method}, every seed)"
+            if retrain_ticks(ax, summary, {"color": colours[run.method]}, row, entry):
+                retrained.add(run.method)
         if key == "budget_used_ratio":
             ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
         if key.endswith(".auc"):
