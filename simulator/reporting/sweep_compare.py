@@ -7,8 +7,9 @@ each run's value is read from its deletion-batch events (:data:`PHASE_METRICS`: 
 measured value in the phase, the retrains in it, its mean removal time) and its end event
 (:data:`RUN_METRICS`); every other method is paired with the base (``cr`` when swept, else the
 first method) by :func:`simulator.compare.verdict.paired_values`, the statistics of
-``unlearnsim compare``: the paired difference ``method - base``, its 95% t interval, the
-paired t test's p value and a bootstrap interval. The verdict names the direction only
+``unlearnsim compare``: the paired difference ``method - base``, its 95% t interval and the
+paired t test's p value (an exact sign test when the differences are all equal). The verdict
+names the direction only
 (``DR higher`` / ``DR lower`` / ``no difference`` at 95%): which is better depends on the
 metric (higher accuracy, lower budget use, an attack AUC nearer 0.5).
 
