@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.only.split(","))
         paths = [p for p in paths if p.stem in wanted]
     console = Console()
+    if not console.is_terminal:  # a log file: the whole table, not cut at 80 columns
+        console = Console(width=160)
     rows = []
     for path in paths:
         console.print(f"{path.stem}: running", highlight=False)
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.output.write_text(
         json.dumps({"factor": FACTOR, **meta, "scenarios": rows}, indent=2) + "\n"
