@@ -7,7 +7,8 @@ that adds its parser and sets ``handler``; this module only assembles them.
     unlearnsim validate FILE [FILE ...]
 
 User errors (a bad scenario, option, file or port) print one ``error:`` line per problem and
-exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead.
+exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead. Output that
+is not a terminal is not wrapped at 80 columns (:func:`output_console`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
     try:
-        return int(args.handler(args, Console()))
+        return int(args.handler(args, output_console()))
     except (UnlearnSimError, OSError) as exc:
         if os.environ.get("UNLEARNSIM_TRACEBACK"):  # for debugging: the full traceback
             raise
@@ -63,6 +65,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a file or socket the user named: no traceback for it
         where = f" ({exc.filename})" if exc.filename else ""
         return report_error(f"{exc.strerror or exc}{where}")
+
+
+#: Columns of output that is not a terminal (a pipe, a file): wide enough that tables, the
+#: progress line and the summary never wrap or cut a cell (rich's default would be 80).
+PIPED_WIDTH = 400
+
+
+def output_console(**options: Any) -> Console:
+    """A console on stdout: the terminal's width, or :data:`PIPED_WIDTH` when piped.
+
+    ``COLUMNS`` in the environment still sets the width, as for any rich console; ``options``
+    go to :class:`rich.console.Console` (e.g. ``highlight=False``).
+    """
+    console = Console(**options)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_WIDTH, **options)
+    return console
 
 
 def report_error(message: str) -> int:

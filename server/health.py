@@ -22,7 +22,7 @@ and ``seconds_to_ready`` since the process started (building or loading the fede
 included), written atomically, removed when not ready. A ready file a killed process left is
 removed when the next one starts (:func:`clear_stale_ready_file`). The metrics exporter serves
 ``/healthz`` and ``/readyz`` from its own :class:`Health` (HTTP 200 or 503 with a one-line
-reason).
+reason). :func:`wait_until_ready` waits for either (``unlearnsim produce --wait-ready``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,26 @@ def clear_stale_ready_file(path: Path) -> bool:
         return False
     path.unlink(missing_ok=True)
     return True
+
+
+def wait_until_ready(target: str, timeout: float, *, poll: float = 0.2) -> tuple[bool, str]:
+    """Wait for a consumer to be ready; (ready, why) when it is or ``timeout`` seconds passed.
+
+    ``target`` is its readiness URL (``http://127.0.0.1:PORT/readyz`` on ``--metrics-port``:
+    ready at HTTP 200) or its ready file (ready while :func:`ready_file_state` says so).
+    """
+    if target.startswith(("http://", "https://")):
+        from server.processes import wait_for_url
+
+        ok = wait_for_url(target, timeout)
+        return ok, "answered 200" if ok else f"{target} did not answer 200"
+    path = Path(target)
+    deadline = time.monotonic() + timeout
+    while True:
+        ready, why = ready_file_state(path)
+        if ready or time.monotonic() >= deadline:
+            return ready, why
+        time.sleep(poll)
 
 
 def process_age() -> float | None:

@@ -26,6 +26,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from rich.console import Console
 
+from server.cli import output_console
 from server.flower.fleet import Fleet
 from server.flower.settings import ConsumerSettings, FleetSettings, RunSettings
 from server.flower.transport import FlowerTransport
@@ -58,7 +59,7 @@ def run_on_grid(  # noqa: PLR0913 (entry point: keyword-only run options, each d
     With ``stream`` enabled (a Kafka bootstrap server), the deletion requests come from the
     requests topic instead of the scenario's generated stream (:func:`consume_on_grid`).
     """
-    console = console or Console(highlight=False)
+    console = console or output_console(highlight=False)
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     log_file = folder / SERVER_LOG
@@ -172,7 +173,7 @@ def main(grid: Grid, context: Context) -> None:
     _opt_in_polling()
     config = RunSettings.from_run_config(dict(context.run_config))
     scenario = load_scenario(config.scenario_path())
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     with env_metrics_session(console) as exporters:
         run_on_grid(
             grid,

@@ -13,11 +13,19 @@ class UnlearnSimError(Exception):
 
 
 class ConfigError(UnlearnSimError, ValueError):
-    """A scenario or setting is malformed; ``location`` names the YAML path or key."""
+    """A scenario or setting is malformed; ``location`` names the YAML path or key.
 
-    def __init__(self, message: str, location: str | None = None) -> None:
+    ``origin`` names where the value came from when that is not the file (``--set``); the
+    message then reads ``origin: location: message``.
+    """
+
+    def __init__(
+        self, message: str, location: str | None = None, *, origin: str | None = None
+    ) -> None:
         self.location = location
-        super().__init__(f"{location}: {message}" if location else message)
+        self.origin = origin
+        text = f"{location}: {message}" if location else message
+        super().__init__(f"{origin}: {text}" if origin else text)
 
 
 class InputError(UnlearnSimError, ValueError):

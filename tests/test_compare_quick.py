@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
 from pathlib import Path
 
@@ -51,7 +52,11 @@ def test_quick_profile_runs_the_mnist_comparison_end_to_end(
     verdict = list(csv.DictReader(io.StringIO((out / "verdict.csv").read_text())))
     assert {v["method"] for v in verdict} == {"decoremoval", "decoremoval_extractor"}
     assert (out / "utility.png").stat().st_size > 1000
-    assert "wrote" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "wrote" in printed
+    assert "regime paper: sigma 1, delta 0.001, " in printed  # the regime in use (issue 29)
+    fits = json.loads((out / "fits.json").read_text())
+    assert fits["torch_threads"] == 1  # --torch-threads' default, as the fits ran (issue 29)
     # the cross-folder verdict table reads verdict.csv at the last removal count
     assert main(["compare-summary", str(out), str(tmp_path / "missing")]) == 0
     summary = capsys.readouterr().out

@@ -137,6 +137,8 @@ def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
     out = tmp_path / "sim"
     done = subprocess.run(cli(out, "flower-sim"), capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for notice in ("DEPRECATED FEATURE", "FutureWarning"):  # no clutter (issue 29)
+        assert notice not in done.stderr + done.stdout, notice
     assert_same_run(reference, out)
     assert json.loads((out / "clients.json").read_text())["transport"] == "flower-sim"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -12,9 +13,11 @@ from support.kafka import broker, read_topic
 from support.scenarios import QUICKSTART, TEN_CLIENTS, scenario
 
 from server.cli import main
+from server.health import Health
 from server.kafka.broker import LocalBroker, free_port, port_open
 from server.kafka.producer import scenario_requests
 from server.kafka.signing import verify
+from server.metrics.exporter import MetricsExporter
 from simulator.stream import DeletionRequest
 
 __all__ = ["broker"]
@@ -93,3 +96,62 @@ def test_broker_never_touches_a_pid_file_it_did_not_write(
             assert line.startswith(f"error: --pid-file: {notes} is not a broker record")
             assert notes.read_text() == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]
+
+
+def _becomes_ready(health: Health, after: float) -> threading.Timer:
+    """A timer that, ``after`` seconds, passes ``health`` the events of a consumer that starts."""
+
+    def start() -> None:
+        for event in ("consumer_loading", "start", "consumer_start"):
+            health({"event": event})
+
+    timer = threading.Timer(after, start)
+    timer.start()
+    return timer
+
+
+def test_produce_waits_for_the_consumers_ready_file(broker: LocalBroker, tmp_path: Path) -> None:
+    ready = tmp_path / "state" / "ready"
+    health = Health(ready_file=ready)
+    base = ["produce", str(QUICKSTART), *sets(TEN_CLIENTS), "--bootstrap", broker.bootstrap]
+    t = time.monotonic()
+    timer = _becomes_ready(health, 1.0)
+    try:
+        assert main([*base, "--as-fast-as-possible", "--limit", "3", "--requests-topic", "waited",
+                     "--wait-ready", str(ready)]) == 0  # fmt: skip
+        assert time.monotonic() - t >= 1.0  # not before the file appeared
+    finally:
+        timer.join()
+        health.close()
+    assert len(read_topic(broker.bootstrap, "waited")) == 3
+
+
+def test_produce_waits_for_readyz_and_gives_up_without_sending(
+    broker: LocalBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    health = Health()
+    exporter = MetricsExporter(health=health)
+    url = f"http://127.0.0.1:{exporter.serve(0)}/readyz"
+    base = ["produce", str(QUICKSTART), *sets(TEN_CLIENTS), "--bootstrap", broker.bootstrap]
+    try:
+        code = main([*base, "--as-fast-as-possible", "--requests-topic", "never",
+                     "--wait-ready", url, "--wait-timeout", "1"])  # fmt: skip
+        assert code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: --wait-ready: the consumer was not ready within 1 s")
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            assert "never" not in admin.list_topics()  # nothing sent, no topic created
+        finally:
+            admin.close()
+
+        t = time.monotonic()
+        timer = _becomes_ready(health, 1.0)
+        code = main([*base, "--as-fast-as-possible", "--limit", "4", "--requests-topic", "later",
+                     "--wait-ready", url])  # fmt: skip
+        timer.join()
+        assert code == 0 and time.monotonic() - t >= 1.0
+        assert "consumer ready after" in capsys.readouterr().out
+    finally:
+        exporter.close()
+    assert len(read_topic(broker.bootstrap, "later")) == 4

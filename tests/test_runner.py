@@ -23,6 +23,7 @@ def strip_timings(line: str) -> dict:
     record = json.loads(line)
     record.pop("timings", None)
     record.pop("wall_seconds", None)
+    record.pop("setup_seconds", None)
     record.pop("run_id", None)  # unique per run by design (run.json's id)
     for c in record.get("checkpoints", []):
         c.pop("retrain_seconds", None)

@@ -80,10 +80,13 @@ def test_runs_compare_table_and_overlaid_plots(
 
     figures = plot_compare([load_run(f) for f in two_runs], tmp_path / "again")
     ax = figures["accuracy.png"].axes[0]
-    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("quickstart/")]
     assert len(lines) == 2 and lines[0].get_linestyle() != lines[1].get_linestyle()
     assert lines[0].get_marker() != lines[1].get_marker()  # coinciding curves stay visible
-    assert ax.get_xlabel() == "batch"
+    assert ax.get_xlabel() == "stream tick"  # with the scenario's phases and shifts (issue 29)
+    labels = [t.get_text().strip() for t in ax.texts]
+    assert {"warmup", "class-1-purge", "client-2-cleanup"} <= set(labels)
+    assert any(t.startswith("shift: gaussian_noise") for t in labels)
 
 
 def test_runs_compare_refuses_a_folder_without_a_run(tmp_path: Path) -> None:
@@ -120,3 +123,20 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     assert main([*args, str(ours), "--no-plots"]) == 0
     assert main([*args, str(ours), "--no-plots"]) == 0
     assert (ours / "compare.md").read_text().endswith(MARK + "\n")
+
+
+def test_piped_output_is_not_wrapped_at_80_columns(
+    two_runs: list[Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: output that is not a terminal keeps every cell on its line, uncut."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    args = ["runs", "compare", *map(str, two_runs), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(x) for x in lines) > 80
+    assert not any("…" in x for x in lines)
+    folders = [x for x in lines if x.lstrip("│┃ ").startswith("folder")]
+    assert len(folders) == 1 and all(str(f) in folders[0] for f in two_runs)  # one line, whole

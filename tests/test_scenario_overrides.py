@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.scenarios import QUICKSTART
 
 from simulator.errors import ConfigError
 from simulator.scenario import ScenarioError, apply_overrides, parse_scenario
@@ -85,6 +86,7 @@ def test_bad_override_paths_are_config_errors(override: str, location: str, text
         parse_scenario(BASE, overrides=[override])
     assert info.value.location == location
     assert text in str(info.value)
+    assert str(info.value).startswith("--set")  # the origin, as for a bad value (issue 29)
 
 
 def test_bad_override_values_go_through_validation() -> None:
@@ -93,3 +95,13 @@ def test_bad_override_values_go_through_validation() -> None:
     message = str(info.value)
     assert "--set: stream.phases.1.rate: should be greater than or equal to 0, got -3" in message
     assert "--set: rff.dim: should be a valid integer, got 'lots'" in message
+
+
+def test_an_unknown_override_key_names_its_origin_on_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from server.cli import main
+
+    assert main(["run", str(QUICKSTART), "--set", "head.sigam=1"]) == 2  # before any folder
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --set: head.sigam: unknown key 'sigam' (allowed: ")

@@ -7,7 +7,13 @@ from pathlib import Path
 from rich.console import Console
 from support.scenarios import SCENARIOS, SMALL
 
-from simulator.reporting.run_report import read_summary, read_verdict
+from simulator.reporting.run_report import (
+    happened,
+    happened_rows,
+    read_headline,
+    read_summary,
+    read_verdict,
+)
 from simulator.reporting.verdict import certificate_verdict, phase_table
 from simulator.runner import ReportingConfig, run_scenario
 from simulator.scenario import load_scenario
@@ -77,7 +83,34 @@ def test_verdict_not_held_when_a_charge_or_a_checkpoint_exceeds_the_budget() -> 
     assert v.held and "exact" in v.headline
 
 
-def test_a_real_run_puts_the_verdict_first(tmp_path: Path) -> None:
+def test_what_happened_counts_certified_updates_retrains_and_the_budget() -> None:
+    batches = [
+        batch(0, "warmup", 0.1, 0.1, budget_used_ratio=0.05),
+        batch(1, "warmup", 1.8, 1.9, budget_used_ratio=0.95),
+        batch(2, "tail", 2.5, 0.0, retrained=True, retrain_reason="budget", budget_used_ratio=0.0),
+        batch(3, "tail", 0.0, 0.0, samples=0, budget_used_ratio=0.0),  # duplicates only
+        batch(4, "tail", 0.2, 0.2, budget_used_ratio=0.1),
+    ]
+    end = {**END, "retrains_budget": 1, "retrains_method": 0, "budget_used_ratio": 0.1}
+    h = happened(batches, end)
+    assert (h.removing, h.certified, h.retrains) == (4, 3, {"budget": 1})
+    assert h.headline() == (
+        "4 removing batch(es): 3 certified update(s), 1 (budget 1) retrain(s) from scratch; "
+        "budget used: peak 95.00%, final 10.00%"
+    )
+    rows = dict(happened_rows(batches, end))
+    assert rows["certified updates / removing batches"] == "3 / 4"
+    assert rows["retrains from scratch (by reason)"] == "1 (budget 1)"
+    assert rows["budget used (peak / final)"] == "95.00% / 10.00%"
+    assert (
+        dict(happened_rows(batches[:2], {**END, "budget_used_ratio": 0.95}))[
+            "retrains from scratch (by reason)"
+        ]
+        == "0"
+    )
+
+
+def test_a_real_run_leads_with_what_happened_then_the_verdict(tmp_path: Path) -> None:
     scenario = load_scenario(SCENARIOS / "quickstart.yaml", overrides=SMALL)
     console = Console(record=True, width=120)
     run_scenario(
@@ -85,12 +118,24 @@ def test_a_real_run_puts_the_verdict_first(tmp_path: Path) -> None:
     )
     text = (tmp_path / "summary.md").read_text()
     lines = text.splitlines()
-    assert lines[0] == "# quickstart" and lines[2].startswith("## Certificate: HELD")
+    assert lines[0] == "# quickstart" and lines[2].startswith("**What happened:** ")
+    assert "certified update(s)" in lines[2] and "budget used: peak" in lines[2]
+    assert lines[4].startswith("## Certificate: HELD")
+    assert read_headline(tmp_path / "summary.md") == lines[2].removeprefix("**What happened:** ")
+    rows = read_summary(tmp_path / "summary.md")
+    assert [k for k, _ in rows[:3]] == [
+        "certified updates / removing batches",
+        "retrains from scratch (by reason)",
+        "budget used (peak / final)",
+    ]
     assert text.index("## Certificate") < text.index("| metric | value |") < text.index("## Phases")
     verdict = read_verdict(tmp_path / "summary.md")
     assert verdict[0] == "Certificate: HELD" and any("largest single charge" in x for x in verdict)
     assert any(x.startswith("retrains: ") for x in verdict)
     assert any(k == "samples removed" for k, _ in read_summary(tmp_path / "summary.md"))
     shown = console.export_text()
+    assert shown.index("what happened: ") < shown.index("Certificate: HELD")
+    assert "certified update(s)" in shown[shown.index("what happened: ") :]
+    assert "quickstart: training the extractor" in shown  # stages named as they start (piped)
     assert "Certificate: HELD" in shown and "largest single charge" in shown
     assert "Phases" in shown and "Membership inference" in shown

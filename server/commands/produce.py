@@ -1,4 +1,9 @@
-"""``unlearnsim produce SCENARIO --bootstrap HOST:PORT``: replay a scenario's deletion stream."""
+"""``unlearnsim produce SCENARIO --bootstrap HOST:PORT``: replay a scenario's deletion stream.
+
+``--wait-ready URL|FILE`` first waits until the consumer is ready (its ``/readyz`` or its ready
+file, :mod:`server.health`), so a paced stream is not sent to a consumer still building its
+federation (the requests would pile up and be cut into a few large batches).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,21 @@ def register(sub: Any) -> None:
         default=REQUEST_PARTITIONS,
         help="partitions of a new requests topic (default %(default)s)",
     )
+    p.add_argument(
+        "--wait-ready",
+        metavar="URL|FILE",
+        help="first wait until the consumer is ready: its readiness URL "
+        "(http://127.0.0.1:PORT/readyz with run --metrics-port PORT) or its ready file "
+        "(STATE_DIR/ready, or run --ready-file)",
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="give up (exit 2, nothing sent) when the consumer is not ready by then "
+        "(default %(default)g)",
+    )
     add_signing_options(p, "sign every request with the key")
     p.set_defaults(handler=handle)
 
@@ -60,6 +80,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         env_var=args.signing_key_env,
         path=Path(args.signing_key_file) if args.signing_key_file else None,
     )
+    if args.wait_ready:
+        _wait_ready(args.wait_ready, args.wait_timeout, console)
     console.print(
         f"sending {len(requests)} requests of [bold]{scenario.name}[/] to {topics.requests} "
         f"at {args.bootstrap}" + (" (signed)" if key else "")
@@ -75,3 +97,26 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     )
     console.print(f"sent {report.sent} requests in {report.seconds:.2f} s ({report.rate:.0f}/s)")
     return 0
+
+
+def _wait_ready(target: str, timeout: float, console: Console) -> None:
+    """Block until the consumer at ``target`` is ready (:func:`server.health.wait_until_ready`).
+
+    Raises
+    ------
+    ConfigError
+        It was not ready within ``timeout`` seconds (nothing is sent).
+    """
+    import time
+
+    from server.health import wait_until_ready
+
+    console.print(f"waiting for the consumer to be ready ({target})", highlight=False)
+    started = time.monotonic()
+    ready, why = wait_until_ready(target, timeout)
+    if not ready:
+        raise ConfigError(
+            f"the consumer was not ready within {timeout:g} s ({why}); nothing was sent",
+            "--wait-ready",
+        )
+    console.print(f"consumer ready after {time.monotonic() - started:.1f} s", highlight=False)

@@ -10,6 +10,8 @@ filesystem root or the scenario's folder: :func:`~simulator.runner.run_folder.cl
 or kept when a Kafka consumer resumes its own checkpoint in it. A run refused at pre-flight
 creates no folder and leaves ``latest`` alone. SIGINT/SIGTERM end the run with the outputs
 marked interrupted and exit code 130, never a traceback (:mod:`simulator.runner.interrupt`).
+``--seeds N --methods a,b`` runs a seeded sweep instead: the scenario once per seed and method,
+each in its own run folder under one parent (:func:`run_sweep`, :mod:`simulator.runner.sweep`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.console import Console
 from server.flower.options import add_flower_options, transport_overrides
 from server.kafka.options import add_consumer_options, uses_kafka
 from server.metrics.cli import add_metrics_options, metrics_session
+from simulator.errors import ConfigError
 
 
 def add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +67,19 @@ def register(sub: Any) -> None:
         help="clear an earlier run's --output folder first (only a folder holding a run.json "
         "of unlearnsim and nothing but a run's files)",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="a seeded sweep: run the scenario once per seed (its seed, +1, ...) and method "
+        "(--methods), each in PARENT/<method>-seed<seed>/ (PARENT: --output, default "
+        "<output_dir>/sweeps/<timestamp>-<id>); then: unlearnsim runs compare PARENT",
+    )
+    p.add_argument(
+        "--methods",
+        metavar="A,B",
+        help="the methods of a seeded sweep, e.g. cr,decoremoval (default: the scenario's)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_metrics_options(p)
@@ -80,6 +96,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
+    if args.seeds is not None or args.methods:
+        return run_sweep(args, scenario, console)
     check_run(args, scenario, console)  # data, packages, memory, output, port, broker
     folder, extra = run_folder(args, scenario)  # only once the run can start
     args.output = str(folder)
@@ -96,6 +114,71 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
         return EXIT_INTERRUPTED
+
+
+def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
+    """Run a seeded sweep (:mod:`simulator.runner.sweep`); the exit code (130: interrupted).
+
+    Every run's scenario is loaded (and so validated) and the first one checked at pre-flight
+    before anything is written; the runs then go one by one, seed by seed, each in its own
+    run folder with its own ``run.json``; an interrupted run ends the sweep.
+    """
+    import copy
+
+    from server.preflight import check_run
+    from simulator.runner.interrupt import EXIT_INTERRUPTED
+    from simulator.runner.run_folder import claim_folder, new_run_folder, tracked
+    from simulator.runner.sweep import parse_methods, sweep_plan, write_sweep
+    from simulator.scenario import load_scenario
+
+    if uses_kafka(args, scenario):
+        raise ConfigError(
+            "a seeded sweep plays the scenario's own stream once per seed; a Kafka topic is one "
+            "stream: leave out --stream kafka (or run each seed with its own produce)",
+            "--seeds",
+        )
+    methods = parse_methods(args.methods) if args.methods else [scenario.method]
+    plan = sweep_plan(scenario.seed, 1 if args.seeds is None else args.seeds, methods)
+    base = [*args.overrides, *transport_overrides(args)]
+    scenarios = {
+        run: load_scenario(
+            args.scenario, overrides=[*base, f"seed={run.seed}", f"method={run.method}"]
+        )
+        for run in plan
+    }
+    check_run(args, scenarios[plan[0]], console)
+    if args.output:
+        parent = claim_folder(args.output, keep=(args.scenario,))
+    else:
+        parent = new_run_folder(Path(scenario.output_dir) / "sweeps")
+    write_sweep(parent, scenario.name, plan, getattr(args, "argv", None) or [])
+    for i, run in enumerate(plan):
+        child = parent / run.name
+        console.print(
+            f"[bold]sweep run {i + 1} of {len(plan)}[/]: {run.method}, seed {run.seed} -> {child}",
+            highlight=False,
+        )
+        single = copy.copy(args)
+        single.output, single.seeds, single.methods = str(child), None, None
+        child.mkdir()
+        try:
+            with tracked(
+                child, getattr(args, "argv", None), scenario=scenario.name, sweep=str(parent)
+            ):
+                code = _run(single, scenarios[run], console)
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
+        if code == EXIT_INTERRUPTED:
+            console.print(
+                f"[bold yellow]interrupted[/]: the sweep stopped at run {i + 1} of {len(plan)}"
+            )
+            return code
+    console.print(
+        f"sweep of {len(plan)} runs in [bold]{parent}[/]; paired verdicts: "
+        f"unlearnsim runs compare {parent}",
+        highlight=False,
+    )
+    return 0
 
 
 def run_folder(args: argparse.Namespace, scenario: Any) -> tuple[Path, dict[str, Any]]:

@@ -1,6 +1,9 @@
 """``unlearnsim runs compare DIR DIR... [--output OUT]``: finished runs side by side.
 
-Each DIR is a run folder or a scenario's ``output_dir`` (its ``latest`` run). Prints one table
+One DIR that is a seeded sweep's parent (``unlearnsim run SCENARIO --seeds N --methods a,b``)
+gets the paired verdicts per phase and metric, and its runs overlaid
+(:mod:`simulator.reporting.sweep_compare`). Otherwise each DIR is a run folder or a scenario's
+``output_dir`` (its ``latest`` run). Prints one table
 (status, certificate verdict, every summary row; one column per run) and writes
 ``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
 (:mod:`simulator.reporting.runs_compare`) into ``--output``: refused, before anything is
@@ -45,6 +48,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
     out = Path(args.output)
     check_compare_output(out)
+    if len(args.folders) == 1:
+        from simulator.reporting.sweep_compare import is_sweep
+        from simulator.runner.run_folder import latest_folder
+
+        given = Path(args.folders[0])
+        latest = latest_folder(given)  # <output_dir>/sweeps: its latest sweep
+        target = latest if not is_sweep(given) and latest and is_sweep(latest) else given
+        if is_sweep(target):
+            return _compare_sweep(target, out, args, console)
     runs = [load_run(f) for f in args.folders]
     header, rows = compare_table(runs)
     table = Table(title=f"{len(runs)} runs")
@@ -58,4 +70,40 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         written = plot_compare(runs, out)
         console.print(f"plots: {', '.join(sorted(written))}", highlight=False)
     console.print(f"comparison in [bold]{out}[/]")
+    return 0
+
+
+def _compare_sweep(parent: Path, out: Path, args: argparse.Namespace, console: Console) -> int:
+    """A seeded sweep's paired verdicts, table and overlaid plots; exit code 0."""
+    from simulator.errors import InputError
+    from simulator.reporting.sweep_compare import (
+        difference,
+        load_sweep,
+        plot_sweep,
+        scale_of,
+        sweep_verdicts,
+        write_sweep_compare,
+    )
+
+    sweep = load_sweep(parent)
+    if not sweep.runs:
+        raise InputError(f"the sweep in {parent} has no run folder yet")
+    rows = sweep_verdicts(sweep)
+    table = Table(title=f"{parent}: paired over seeds, each method vs {sweep.base}")
+    for i, name in enumerate(("phase", "metric", "vs", "seeds", "difference [95% t]", "p",
+                              "verdict")):  # fmt: skip
+        table.add_column(name, justify="left" if i < 3 else "right")
+    for r in rows:
+        s = r.stats
+        unit = " %" if scale_of(r.metric) == 100.0 else ""
+        table.add_row(
+            r.phase, r.metric + unit, f"{s.method} vs {s.base}", str(s.seeds),
+            difference(s, r.metric), f"{s.p_value:.3g}", r.verdict,
+        )  # fmt: skip
+    console.print(table)
+    path = write_sweep_compare(sweep, out, rows)
+    if not args.no_plots:
+        written = plot_sweep(sweep, out)
+        console.print(f"plots: {', '.join(sorted(written))}", highlight=False)
+    console.print(f"verdicts in [bold]{path}[/] and {out / 'verdicts.csv'}")
     return 0

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from server.cli import output_console
 from server.flower.environment import flower_env
 from server.flower.processes import LOCAL_POLL, FlowerProcessError, LocalFederation
 from server.flower.settings import APP_DIR, ConsumerSettings, FleetSettings, RunSettings
@@ -56,7 +57,7 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
     inherits (``UNLEARNSIM_METRICS_PORT`` serves the run's metrics from there).
     ``stock``: start Flower's own SuperNodes with Flower's own waits (no warm workers).
     """
-    console = console or Console()
+    console = console or output_console()
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     flower = folder / "flower"
@@ -106,11 +107,12 @@ def run_deployed(  # noqa: PLR0913 (entry point: keyword-only run options, each 
         )
         return RunResult(folder, {}, [])
     from simulator.reporting.console import print_summary
-    from simulator.reporting.run_report import read_summary, read_verdict
+    from simulator.reporting.run_report import read_headline, read_summary, read_verdict
 
     rows = read_summary(folder / "summary.md")  # the table every run prints
     verdict = read_verdict(folder / "summary.md")
-    print_summary(console, f"{scenario.name}: summary", rows, folder, verdict)
+    headline = read_headline(folder / "summary.md")
+    print_summary(console, f"{scenario.name}: summary", rows, folder, verdict, headline=headline)
     return RunResult(folder, json.loads(metrics.read_text()), rows)
 
 

@@ -6,8 +6,11 @@ The ServerApp runs in a thread of this process (``run_simulation``), each client
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +55,52 @@ def run_simulated(
         stream=stream,
     )
     cpus = max(1, min(os.cpu_count() or 1, num))
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=num,
-        backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": cpus, "include_dashboard": False},
-        },
-    )
+    with known_notices_silenced():
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=num,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                "init_args": {"num_cpus": cpus, "include_dashboard": False},
+            },
+        )
     if not results:
         raise RuntimeError("the Flower simulation ended without a result (see the log above)")
     return results[0]
+
+
+#: Notices the simulation engine prints on every run that say nothing about this run: Flower's
+#: deprecation of ``run_simulation`` (which ``--transport flower-sim`` calls on purpose: the
+#: ServerApp runs in this process) and Ray's FutureWarning about a future default for
+#: ``CUDA_VISIBLE_DEVICES`` (the clients ask for no GPU either way).
+FLOWER_NOTICES = ("`run_simulation` function is deprecated",)
+RAY_NOTICES = r"Tip: In future versions of Ray, Ray will no longer override accelerator"
+
+
+class _DropNotices(logging.Filter):
+    """Drops the log records of :data:`FLOWER_NOTICES`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(n in text for n in FLOWER_NOTICES)
+
+
+@contextmanager
+def known_notices_silenced() -> Iterator[None]:
+    """Run the body without :data:`FLOWER_NOTICES` and :data:`RAY_NOTICES` on stderr.
+
+    Every other log record and warning passes as before.
+    """
+    flwr_log = logging.getLogger("flwr")
+    drop = _DropNotices()
+    flwr_log.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=RAY_NOTICES, category=FutureWarning)
+            yield
+    finally:
+        flwr_log.removeFilter(drop)
 
 
 def client_app_component() -> Any:

@@ -8,6 +8,7 @@ federation is built once per state folder and reloaded on restart (:mod:`server.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,12 +142,14 @@ def run_kafka(
     ready = ready_file(stream, out)
     clear_stale_ready_file(ready)  # a killed consumer's file must not read as ready meanwhile
     with thread_limits(blas=args.blas_threads):
+        started = time.perf_counter()
         with console.status(f"[bold]{scenario.name}[/]: loading the federation"):
             fed, reloaded = federation_for(scenario, config.state_dir, fsync=config.fsync)
+        setup = time.perf_counter() - started
         if reloaded:
             console.print(f"federation reloaded from {config.state_dir} (no retraining)")
         options = ReportingConfig(console=console, plots=not args.no_plots, on_event=on_event)
-        end = consume(fed, config, out, options, ready=ready)
+        end = consume(fed, config, out, options, ready=ready, setup_seconds=setup)
     from simulator.runner.interrupt import EXIT_INTERRUPTED
 
     return EXIT_INTERRUPTED if end.get("interrupted") else 0

@@ -60,6 +60,7 @@ def consume(
     options: ReportingConfig | None = None,
     *,
     ready: Path | None = None,
+    setup_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Consume ``config``'s requests topic into ``fed``; write the run folder ``out``.
 
@@ -71,6 +72,7 @@ def consume(
     options : console, plots and event callbacks (:class:`~simulator.runner.run.ReportingConfig`;
         a consumer shows no progress bar).
     ready : the ready file (default ``STATE_DIR/ready``).
+    setup_seconds : how long building or loading ``fed`` took (the summary's set-up time).
 
     Returns
     -------
@@ -81,7 +83,9 @@ def consume(
     """
     state = str(config.state_dir.resolve())
     with tracked(out, scenario=fed.scenario.name, kafka_state_dir=state):
-        return _consume(fed, config, out, options or ReportingConfig(), ready=ready)
+        return _consume(
+            fed, config, out, options or ReportingConfig(), ready=ready, setup=setup_seconds
+        )
 
 
 def _consume(
@@ -91,6 +95,7 @@ def _consume(
     options: ReportingConfig,
     *,
     ready: Path | None,
+    setup: float | None = None,
 ) -> dict[str, Any]:
     """:func:`consume`'s body inside its ``run.json``."""
     from server.kafka.checkpoint import CheckpointStore
@@ -100,7 +105,9 @@ def _consume(
     health = Health(ready_file=ready or config.state_dir / "ready")
     resume = CheckpointStore.exists(config.state_dir)
     hooks: list[EventHook] = [*options.on_event, health]
-    recorder = RunRecorder(out, on_event=hooks, resume=resume, plots=options.plots)
+    recorder = RunRecorder(
+        out, on_event=hooks, resume=resume, plots=options.plots, setup_seconds=setup
+    )
     consumer = DeletionConsumer(
         fed, replace(config, events_path=None), on_event=[_announce(console, config)],
         recorder=recorder,
@@ -124,7 +131,10 @@ def _consume(
     title = f"{fed.scenario.name}: summary (kafka stream)"
     if end.get("interrupted"):
         title += f" (interrupted after batch {end['interrupted']['batch']})"
-    print_summary(console, title, rows, out, verdict_lines(recorder.verdict), recorder.tables)
+    print_summary(
+        console, title, rows, out, verdict_lines(recorder.verdict), recorder.tables,
+        headline=recorder.headline,
+    )  # fmt: skip
     return end
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,12 +75,35 @@ def paired(
     measurements: Sequence[Measurement], method: str, base: str, metric: str, removed: int
 ) -> Paired | None:
     """The paired comparison of ``metric`` between two methods at ``removed`` (None if unpaired)."""
-    from scipy import stats
-
     a = {
         m.seed: m.value(metric) for m in measurements if m.method == method and m.removed == removed
     }
     b = {m.seed: m.value(metric) for m in measurements if m.method == base and m.removed == removed}
+    return paired_values(a, b, Pairing(method, base, metric, removed))
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """What a paired comparison compares: ``method - base`` of ``metric`` at ``removed``."""
+
+    method: str
+    base: str
+    metric: str
+    removed: int
+
+
+def paired_values(a: Mapping[int, float], b: Mapping[int, float], what: Pairing) -> Paired | None:
+    """The paired statistics (module docstring) of two seed -> value maps.
+
+    ``a`` holds the method's values, ``b`` the base's; the seeds where both are finite are
+    paired (None when there is none).
+
+    Used by :func:`paired` for a comparison's measurements and by ``runs compare`` for a
+    seeded sweep of the streaming scenario (:mod:`simulator.reporting.sweep_compare`).
+    """
+    from scipy import stats
+
+    method, base, metric, removed = what.method, what.base, what.metric, what.removed
     seeds = sorted(s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s]))
     if not seeds:
         return None

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import ProgressColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -35,19 +36,23 @@ def progress_info(event: dict[str, Any]) -> str:
     )
 
 
-def print_summary(
+def print_summary(  # noqa: PLR0913 (the summary's parts, the optional ones defaulted)
     console: Console,
     title: str,
     rows: Sequence[tuple[str, str]],
     folder: Path,
     verdict: Sequence[str] = (),
     tables: Sequence[SummaryTable] = (),
+    headline: str = "",
 ) -> None:
     """Print the summary every run prints, whatever its source and transport.
 
-    The certificate verdict (headline, then its lines), the (metric, value) table, then the
-    phase and attack tables.
+    What happened (``headline``: certified updates vs retrains, the budget's peak and final
+    share), the certificate verdict (its headline, then its lines), the (metric, value) table,
+    then the phase and attack tables.
     """
+    if headline:
+        console.print(f"[bold]what happened:[/] {escape(headline)}", highlight=False)
     if verdict:
         head, *lines = verdict
         style = "bold red" if "NOT HELD" in head else "bold green"

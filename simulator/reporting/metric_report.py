@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from simulator.reporting.plot_marks import (
+    LEGEND_OUTSIDE,
     PanelText,
     StreamMarks,
-    batch_x,
     decorate,
     finish_panel,
     save_figure,
@@ -128,8 +128,10 @@ def series_style(i: int) -> dict[str, Any]:
     }
 
 
-def _series(batches: list[dict[str, Any]], *path: str) -> tuple[list[float], list[float]]:
-    pts = [(batch_x(b, i), _get(b, *path)) for i, b in enumerate(batches)]
+def _series(
+    batches: list[dict[str, Any]], xs: dict[int, float], *path: str
+) -> tuple[list[float], list[float]]:
+    pts = [(xs[id(b)], _get(b, *path)) for b in batches]
     kept = [(x, float(v)) for x, v in pts if isinstance(v, int | float) and math.isfinite(v)]
     return [x for x, _ in kept], [v for _, v in kept]
 
@@ -160,11 +162,11 @@ def plot_privacy_drift(
     if not evaluated:
         return {}
     marks = marks or stream_marks(batches)
-    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
+    xs = {id(b): marks.x(b, i) for i, b in enumerate(batches)}
     refs = [(xs.get(id(b), 0.0), c) for b in evaluated for c in b.get("checkpoints", [])]
     figures: dict[str, Any] = {}
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     for i, attack in enumerate(evaluated[-1]["privacy"]["attacks"]):
         style = series_style(i)
         pts = [(xs[id(b)], _get(b, "privacy", "attacks", attack, "auc")) for b in evaluated]
@@ -182,15 +184,17 @@ def plot_privacy_drift(
     text = PanelText(
         "MIA ROC AUC (forget vs holdout)",
         "membership inference (stars: retrained head)",
-        {"fontsize": 6, "ncol": 2},
+        {"fontsize": 6},
     )
     finish_panel(ax, marks, title, text)
     figures["mia.png"] = save_figure(fig, folder / "mia.png")
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     for i, name in enumerate(evaluated[-1]["drift"]["feature"]):
         top.semilogy(
-            *_series(evaluated, "drift", "feature", name, "p_value"), label=name, **series_style(i)
+            *_series(evaluated, xs, "drift", "feature", name, "p_value"),
+            label=name,
+            **series_style(i),
         )
     top.axhline(0.05, color="k", lw=0.8, ls="--", label="0.05")
     floor = p_value_floor(evaluated)
@@ -202,12 +206,12 @@ def plot_privacy_drift(
             color="tab:gray", gid="floor",
         )  # fmt: skip
     top.set_ylabel("MMD^2 permutation p-value")
-    top.legend(fontsize=7)
+    top.legend(fontsize=7, **LEGEND_OUTSIDE)
     top.grid(alpha=0.3)
     decorate(top, marks)
     for i, name in enumerate(evaluated[-1]["drift"]["label"]):
         bottom.plot(
-            *_series(evaluated, "drift", "label", name, "tv"), label=f"TV {name}",
+            *_series(evaluated, xs, "drift", "label", name, "tv"), label=f"TV {name}",
             **series_style(i),
         )  # fmt: skip
     pts = [(x, _get(c, "drift", "label", "predicted_test_vs_start", "tv")) for x, c in refs]
@@ -218,7 +222,7 @@ def plot_privacy_drift(
         )
     decorate(bottom, marks, secondary=False, texts=False)
     bottom.set_ylabel("label total variation")
-    bottom.legend(fontsize=6)
+    bottom.legend(fontsize=6, **LEGEND_OUTSIDE)
     bottom.grid(alpha=0.3)
     top.set_title(f"{title}: drift", fontsize=10)
     figures["drift.png"] = save_figure(fig, folder / "drift.png")

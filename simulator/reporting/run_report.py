@@ -6,8 +6,9 @@
 * ``metrics.json`` — final metrics; ``summary.md`` — the summary table;
 * ``batches.csv`` — one flat row per deletion batch (:mod:`.flat`); ``run.json`` — id, times,
   status, command, versions, git commit (:mod:`.run_folder`);
-* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over the batch index (samples
-  removed on the top axis; phases, shifts, withdrawals, retrains, alarms marked);
+* ``accuracy.png``, ``budget.png``, ``residuals.png`` — curves over the stream tick (samples
+  removed on the top axis; phases, shifts, withdrawals, retrains, alarms marked; the legend
+  outside the axes);
 * ``mia.png``, ``drift.png`` — attack AUCs and drift statistics, ours vs the retrained head
   (:mod:`.metric_report`).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,8 @@ from simulator.reporting.metric_report import (
     series_style,
 )
 from simulator.reporting.plot_marks import (
+    Axis,
     PanelText,
-    batch_x,
     finish_panel,
     save_figure,
     stream_marks,
@@ -134,6 +136,7 @@ def summary_rows(
     last = end.get("metrics", {})
     totals = [b["timings"]["total"] for b in batches if "timings" in b and "total" in b["timings"]]
     rows = [
+        *happened_rows(batches, end),
         ("method", str(end["method"])),
         ("clients / train rows", f"{end['clients']} / {end['train_rows']}"),
         (
@@ -142,7 +145,6 @@ def summary_rows(
         ),
         ("deletion batches", str(len(batches))),
         ("samples removed", str(end["removed_total"])),
-        ("retrains (budget / method)", f"{end['retrains_budget']} / {end['retrains_method']}"),
         (
             f"epsilon spent since last retrain (of target; delta = {end['delta']:g})",
             f"{end['epsilon_spent']:.4f} (of {end['epsilon_target']})",
@@ -153,7 +155,6 @@ def summary_rows(
             f"({end['epsilon_target']}, {end['delta']:g})-certified removal for the head as one "
             "mechanism (one Gaussian b over all its columns)",
         ),
-        ("budget used", pct(end["budget_used_ratio"])),
         (
             "extractor certified",
             "yes" if end["extractor_certified"] else "no (trained on private data)",
@@ -198,8 +199,98 @@ def summary_rows(
         )
     rows += weight_rows(end.get("decorrelation_weights", {}))
     rows += privacy_drift_rows(batches)
-    rows.append(("wall time", f"{end['wall_seconds']:.1f} s"))
+    rows.append(wall_row(end))
     return rows
+
+
+@dataclass(frozen=True)
+class Happened:
+    """What the head went through: certified updates, retrains by reason, the budget's course.
+
+    Attributes
+    ----------
+    removing : batches that removed samples.
+    certified : of those, the batches kept as one certified update (no retrain).
+    retrains : retrains by reason (``budget``, ``method``, ``client_failed``), zeros left out.
+    peak : the largest charge of the released head over the run, as a share of the budget
+        (NaN without a certified batch).
+    final : the charge at the end, as a share of the budget.
+    """
+
+    removing: int
+    certified: int
+    retrains: dict[str, int]
+    peak: float
+    final: float
+
+    @property
+    def retrain_text(self) -> str:
+        """``17 (budget 17)`` or ``0``."""
+        total = sum(self.retrains.values())
+        by = ", ".join(f"{k} {v}" for k, v in self.retrains.items())
+        return f"{total} ({by})" if total else "0"
+
+    def headline(self) -> str:
+        """One line: certified updates vs retrains, then the budget's peak and final share."""
+        return (
+            f"{self.removing} removing batch(es): {self.certified} certified update(s), "
+            f"{self.retrain_text} retrain(s) from scratch; budget used: peak "
+            f"{_pct(self.peak)}, final {_pct(self.final)}"
+        )
+
+
+def happened(batches: list[dict[str, Any]], end: dict[str, Any]) -> Happened:
+    """:class:`Happened` of a run, from its batch events and end event.
+
+    A batch that removed samples is a certified update unless it retrained; the retrains are
+    the end event's counts (every session's, for a resumed Kafka consumer); the peak is the
+    largest ``budget_used_ratio`` a batch reported, the final share the end event's.
+    """
+    removing = [b for b in batches if b.get("samples")]
+    reasons = {
+        reason: int(end.get(f"retrains_{reason}", 0) or 0)
+        for reason in ("budget", "method", "client_failed")
+    }
+    used = [
+        float(b["budget_used_ratio"])
+        for b in batches
+        if isinstance(b.get("budget_used_ratio"), int | float)
+    ]
+    final = float(end.get("budget_used_ratio", math.nan))
+    return Happened(
+        removing=len(removing),
+        certified=sum(not b.get("retrained") for b in removing),
+        retrains={k: v for k, v in reasons.items() if v},
+        peak=max([*used, final]) if used else final,
+        final=final,
+    )
+
+
+def happened_rows(batches: list[dict[str, Any]], end: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary's first rows: certified updates vs retrains, and the budget's course."""
+    h = happened(batches, end)
+    return [
+        ("certified updates / removing batches", f"{h.certified} / {h.removing}"),
+        ("retrains from scratch (by reason)", h.retrain_text),
+        ("budget used (peak / final)", f"{_pct(h.peak)} / {_pct(h.final)}"),
+    ]
+
+
+def _pct(v: float) -> str:
+    return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}%"
+
+
+def wall_row(end: dict[str, Any]) -> tuple[str, str]:
+    """The wall time: set-up (data, extractor, head) and stream, when the set-up was measured."""
+    stream = float(end["wall_seconds"])
+    setup = end.get("setup_seconds")
+    if isinstance(setup, int | float):
+        total = float(setup) + stream
+        return (
+            "wall time (set-up + stream)",
+            f"{total:.1f} s = {float(setup):.1f} s + {stream:.1f} s",
+        )
+    return ("wall time (stream)", f"{stream:.1f} s")
 
 
 def weight_rows(weights: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
@@ -228,25 +319,43 @@ def summary_tables(batches: list[dict[str, Any]]) -> list[Table]:
     return tables + ([mia] if mia else [])
 
 
-def render_summary(
+#: The prefix of summary.md's headline line (:func:`render_summary`, :func:`read_headline`).
+HEADLINE = "**What happened:** "
+
+
+def render_summary(  # noqa: PLR0913 (the summary's parts, the optional ones defaulted)
     name: str,
     verdict: Verdict,
     rows: list[tuple[str, str]],
     tables: Sequence[Table] = (),
     extra_rows: Sequence[tuple[str, str]] = (),
     interrupted: dict[str, Any] | None = None,
+    headline: str = "",
 ) -> str:
     """The text of ``summary.md``.
 
-    In order: the interrupt line (if any), the title, the certificate verdict, the (metric,
-    value) table, the phase and attack tables, and a source's own section.
+    In order: the interrupt line (if any), the title, the headline (certified updates vs
+    retrains, the budget's peak and final share: :meth:`Happened.headline`), the certificate
+    verdict, the (metric, value) table, the phase and attack tables, and a source's own
+    section.
     """
     parts = [interrupted_line(interrupted)] if interrupted else []
-    parts += [f"# {name}", verdict.markdown().rstrip("\n"), markdown_table(rows).rstrip("\n")]
+    parts.append(f"# {name}")
+    if headline:
+        parts.append(HEADLINE + headline)
+    parts += [verdict.markdown().rstrip("\n"), markdown_table(rows).rstrip("\n")]
     parts += [t.markdown().rstrip("\n") for t in tables]
     if extra_rows:
         parts.append("## Source\n\n" + markdown_table(list(extra_rows)).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
+
+
+def read_headline(path: Path) -> str:
+    """The headline of a summary.md (empty when it has none)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(HEADLINE):
+            return line[len(HEADLINE) :]
+    return ""
 
 
 def read_verdict(path: Path) -> list[str]:
@@ -355,11 +464,15 @@ def plot_run(
     batches: list[dict[str, Any]],
     title: str,
     shifts: Sequence[tuple[str, int]] = (),
+    *,
+    axis: Axis = "tick",
+    phases: Sequence[tuple[str, int, int]] = (),
 ) -> dict[str, Any]:
-    """PNG curves over the batch index, with the stream's events marked.
+    """PNG curves over the stream tick (or the batch index), with the stream's events marked.
 
     Samples removed are on the top axis; phases, shifts, withdrawals, retrains and alarms are
-    marked (:mod:`.plot_marks`). ``shifts``: (label, start tick) of the scenario's shifts.
+    marked (:mod:`.plot_marks`). ``shifts``: (label, start tick) of the scenario's shifts;
+    ``phases``: (name, first tick, last tick) of its phases; ``axis``: ``tick`` or ``batch``.
     Returns the (closed) figures by file name, so their artists can be inspected.
     """
     import matplotlib
@@ -367,12 +480,24 @@ def plot_run(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    marks = stream_marks(batches, shifts)
-    xs = {id(b): batch_x(b, i) for i, b in enumerate(batches)}
+    marks = stream_marks(batches, shifts, axis=axis, phases=phases)
+    xs = {id(b): marks.x(b, i) for i, b in enumerate(batches)}
     figures: dict[str, Any] = {}
     for name, draw in RUN_PANELS:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
         finish_panel(ax, marks, title, draw(ax, batches, xs))
         figures[name] = save_figure(fig, folder / name)
     figures.update(plot_privacy_drift(folder, batches, title, marks))
     return figures
+
+
+def scenario_marks(scenario: Any) -> dict[str, Any]:
+    """``plot_run``'s ``shifts`` and ``phases`` of a scenario (its timed shifts and phases)."""
+    stream = scenario.stream
+    return {
+        "shifts": [(f"shift: {s.kind}", s.start) for s in scenario.shifts],
+        "phases": [
+            (p.name, start, start + p.ticks - 1)
+            for start, p in zip(stream.phase_starts(), stream.phases, strict=True)
+        ],
+    }

@@ -4,10 +4,12 @@ Each folder is a run folder (``metrics.json``, ``summary.md``, ``events.jsonl``,
 or a scenario's ``output_dir`` holding runs, whose ``latest`` run is taken. :func:`compare_table`
 lines up the runs' summaries (the certificate verdict, then every (metric, value) row in the
 order of their first appearance; a run without the row shows ``-``); :func:`plot_compare`
-overlays their curves over the batch index: test accuracy, budget used, and the membership
+overlays their curves over the stream tick: test accuracy, budget used, and the membership
 inference AUC of each attack (one colour and marker style per run, so coinciding curves stay
-distinguishable). :func:`write_compare` writes them into ``--output``, which must not hold
-files of the same names that ``runs compare`` did not write (:func:`compare_outputs`).
+distinguishable), with the first run's phases and shifts and every run's retrains marked.
+:func:`write_compare` writes them into ``--output``, which must not hold files of the same
+names that ``runs compare`` did not write (:func:`compare_outputs`). A seeded sweep's parent
+folder gets paired verdicts (:mod:`.sweep_compare`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,20 @@ from typing import Any
 from simulator.errors import ConfigError, InputError
 from simulator.owned_files import Outputs, check_overwrite
 from simulator.reporting.flat import Scalar, read_batches
+from simulator.reporting.plot_marks import (
+    LEGEND_OUTSIDE,
+    StreamMarks,
+    batch_x,
+    decorate,
+    save_figure,
+)
 from simulator.reporting.run_report import read_summary, read_verdict
 from simulator.runner.run_folder import is_run_folder, latest_folder, read_manifest
 
-#: The table ``runs compare`` writes, and its plots.
+#: The table ``runs compare`` writes, its plots, and a seeded sweep's verdicts (CSV).
 COMPARE_FILE = "compare.md"
 PLOTS = ("accuracy.png", "budget.png", "mia.png")
+VERDICTS_CSV = "verdicts.csv"
 #: ``compare.md``'s last line: marks a folder that ``runs compare`` wrote.
 MARK = "<!-- written by unlearnsim runs compare -->"
 
@@ -148,7 +158,7 @@ def compare_outputs() -> Outputs:
         kind="runs compare folder",
         marker=f"{COMPARE_FILE} written by unlearnsim runs compare",
         proof=wrote_compare,
-        files=(COMPARE_FILE, *PLOTS),
+        files=(COMPARE_FILE, *PLOTS, VERDICTS_CSV),
     )
 
 
@@ -167,24 +177,61 @@ def check_compare_output(out: Path) -> None:
     check_overwrite(out, compare_outputs(), "--output")
 
 
-def write_compare(out: Path, header: list[str], rows: list[list[str]]) -> Path:
-    """Write ``compare.md`` (the table and :data:`MARK`) into ``out``; returns its path."""
+def write_compare(out: Path, header: list[str], rows: list[list[str]], *, before: str = "") -> Path:
+    """Write ``compare.md`` into ``out``; returns its path.
+
+    ``before`` (a sweep's verdicts), the table, and :data:`MARK`.
+    """
     check_compare_output(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / COMPARE_FILE
-    path.write_text(markdown(header, rows) + "\n" + MARK + "\n", encoding="utf-8")
+    table = markdown(header, rows)
+    if before:
+        table = before.rstrip("\n") + "\n\n## Runs side by side\n\n" + table
+    path.write_text(table + "\n" + MARK + "\n", encoding="utf-8")
     return path
 
 
 def _points(batches: list[dict[str, Scalar]], key: str) -> tuple[list[float], list[float]]:
+    """(tick, value) of every batch with a number under ``key``."""
     xs, ys = [], []
     for i, b in enumerate(batches):
         v = b.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool):
-            x = b.get("batch")
-            xs.append(float(x) if isinstance(x, int | float) else float(i))
+            xs.append(batch_x(b, i))
             ys.append(float(v))
     return xs, ys
+
+
+def run_marks(run: RunSummary) -> StreamMarks:
+    """The phases and shifts of ``run``'s scenario on the tick axis (its resolved scenario)."""
+    from simulator.reporting.run_report import scenario_marks
+    from simulator.scenario import load_scenario
+
+    marks = StreamMarks(axis="tick")
+    resolved = run.folder / "resolved_scenario.yaml"
+    if resolved.exists():
+        given = scenario_marks(load_scenario(resolved))
+        marks.phases = [(n, float(a), float(z)) for n, a, z in given["phases"]]
+        marks.lines = [("shift", float(t), label) for label, t in given["shifts"]]
+    return marks
+
+
+def retrain_ticks(
+    ax: Any, run: RunSummary, style: dict[str, Any], row: int, name: str | None
+) -> bool:
+    """``run``'s retrains as short vertical ticks along the bottom of ``ax``, one row per run.
+
+    ``style``: the run's colour (``color``); ``name``: the legend entry (None: none). Whether
+    the run retrained at all (nothing is drawn, and ``name`` is not used, otherwise).
+    """
+    ticks = [
+        batch_x(b, i) for i, b in enumerate(run.batches) if b.get("retrained") and b.get("samples")
+    ]
+    if ticks:
+        ax.plot(ticks, [0.03 + 0.04 * row] * len(ticks), "|", color=style["color"], ms=9,
+                mew=1.5, transform=ax.get_xaxis_transform(), label=name)  # fmt: skip
+    return bool(ticks)
 
 
 def plot_compare(runs: Sequence[RunSummary], out: Path) -> dict[str, Any]:
@@ -212,26 +259,25 @@ def plot_compare(runs: Sequence[RunSummary], out: Path) -> dict[str, Any]:
             "alpha": 0.85,
         }
 
+    marks = run_marks(runs[0]) if runs else StreamMarks()
     for name, key, ylabel in (
         ("accuracy.png", "metrics.accuracy_test", "test accuracy"),
         ("budget.png", "budget_used_ratio", "charge since last retrain / budget"),
     ):
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
         for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
             xs, ys = _points(run.batches, key)
             if xs:
                 ax.plot(xs, ys, label=label, **style(i))
+            retrain_ticks(ax, run, style(i), i, f"retrains: {label}")
         if key == "budget_used_ratio":
             ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
-        ax.set_xlabel("batch")
+        decorate(ax, marks, secondary=False)
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{ylabel} by batch")
+        ax.set_title(f"{ylabel} by stream tick")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        figures[name] = fig
+        ax.legend(fontsize=7, **LEGEND_OUTSIDE)
+        figures[name] = save_figure(fig, out / name)
 
     mia = _plot_mia(runs, labels, out, style)
     if mia is not None:
@@ -260,20 +306,18 @@ def _plot_mia(runs: Sequence[RunSummary], labels: list[str], out: Path, style: A
     if not attacks:
         return None
     fig, axes = plt.subplots(
-        len(attacks), 1, figsize=(8, 2.4 * len(attacks)), sharex=True, squeeze=False
+        len(attacks), 1, figsize=(10, 2.4 * len(attacks)), sharex=True, squeeze=False
     )
+    marks = run_marks(runs[0])
     for ax, attack in zip(axes[:, 0], attacks, strict=True):
         for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
             xs, ys = _points(run.batches, f"privacy.attacks.{attack}.auc")
             if xs:
                 ax.plot(xs, ys, label=label, **style(i))
         ax.axhline(0.5, color="k", lw=0.8, ls="--")
+        decorate(ax, marks, secondary=False, texts=ax is axes[0, 0])
         ax.set_ylabel(f"AUC {attack}")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    axes[0, 0].set_title("membership inference AUC (forget vs holdout) by batch")
-    axes[-1, 0].set_xlabel("batch")
-    fig.tight_layout()
-    fig.savefig(out / "mia.png", dpi=110)
-    plt.close(fig)
-    return fig
+    axes[0, 0].legend(fontsize=7, **LEGEND_OUTSIDE)
+    axes[0, 0].set_title("membership inference AUC (forget vs holdout) by stream tick")
+    return save_figure(fig, out / "mia.png")

@@ -262,13 +262,18 @@ def build_federation(
     *,
     transport: ClientTransport | None = None,
     extractor_progress: Callable[[int, float], None] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> Federation:
     """Everything before the first deletion: the trained model and the generated stream.
 
     ``transport`` reaches the clients (default: :class:`InProcessTransport`, only for
     ``transport: inprocess``; the Flower ServerApp passes its own). The server side (data for
     evaluation, extractor averaging, RFF map, head, stream) is the same for every transport.
+    ``stage`` is told each stage as it starts (``loading the data``, ``training the
+    extractor``, ``fitting the clients' weights and training the head``, ``building the
+    evaluation sets``); ``extractor_progress`` each FedAvg round as it ends.
     """
+    told = stage or (lambda name: None)
     if transport is None and scenario.transport != "inprocess":
         raise ConfigError(
             f"transport '{scenario.transport}' runs through Flower: use "
@@ -280,6 +285,7 @@ def build_federation(
             "stream source 'kafka' is consumed by the Kafka adapter, not the in-process runner",
             "stream.source",
         )
+    told("loading the data")
     ds = load_dataset(scenario)
     shards, public = split_clients(scenario, ds)
     requests = deletion_stream(scenario, ds, shards)  # before training: its errors come first
@@ -294,10 +300,12 @@ def build_federation(
     else:
         pool = ds.x_train[np.concatenate(shards)]
         local_round = transport.local_round
+    told("training the extractor")
     featurizer = train_featurizer(
         scenario, ds, pool, local_round=local_round, device=device, progress=extractor_progress
     )
     Z = featurizer(ds.x_train)  # the simulator's evaluation view (forget/retain splits)
+    told("fitting the clients' weights and training the head")
     clients = transport.open_clients(featurizer, shards)
     owner = {int(i): c for c, rows in enumerate(shards) for i in rows}
     head_data = FederatedHeadData(
@@ -308,6 +316,7 @@ def build_federation(
         head_config(scenario),
         rng=child_rng(scenario.seed, "head"),
     )
+    told("building the evaluation sets")
     eval_sets = build_eval_sets(scenario, ds, featurizer, child_rng(scenario.seed, "ood"))
     all_client = np.sort(np.concatenate(shards))
     probe_rng = child_rng(scenario.seed, "evaluation")

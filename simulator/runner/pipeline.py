@@ -17,9 +17,12 @@
    from scratch on the others, and each request is ``applied`` only if every one of its rows
    was confirmed deleted (else ``rejected`` naming the failed client);
 6. answers every request with a receipt, records fresh ones in the ledger, and builds the
-   batch's event: the removal, the certificate, the decorrelation weights and, on the
-   scenario's schedule (``evaluation.every``, ``evaluation.checkpoints``), utility, MIA, drift
-   and the retrained reference (:mod:`simulator.runner.batch_metrics`).
+   batch's event: its tick and phase from the requests it applied
+   (:func:`~simulator.runner.admission.batch_place`), the removal, the certificate, the
+   decorrelation weights and, on the scenario's schedule (``evaluation.every``,
+   ``evaluation.checkpoints``), utility, MIA, drift and the retrained reference
+   (:mod:`simulator.runner.batch_metrics`); a batch that changed nothing (only duplicates or
+   rejections) is not evaluated.
 
 The caller owns the transport of requests and receipts (the scenario loop in
 :mod:`simulator.runner.run`, the Kafka consumer in :mod:`server.kafka.consumer`) and may add
@@ -37,7 +40,7 @@ from typing import Any, Literal
 from simulator.errors import ClientUnavailableError
 from simulator.head import RemovalReport
 from simulator.methods import streaming_method
-from simulator.runner.admission import batch_tick, unappliable
+from simulator.runner.admission import BatchPlace, batch_place, unappliable
 from simulator.runner.batch_metrics import (
     certificate_section,
     evaluate_batch,
@@ -150,20 +153,25 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
     removal = _Removal(report, removed, now or datetime.now(UTC))
     receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
     run.forgotten.extend(removed)
-    tick = batch_tick(fed.scenario, requests, run.last_tick)
-    run.last_tick = max(run.last_tick, tick)
+    applied = [
+        q
+        for q, r in zip(requests, receipts, strict=True)
+        if r is not None and r.status == "applied"
+    ]
+    place = batch_place(fed.scenario, applied, run.last_tick)
+    run.last_tick = max(run.last_tick, place.tick)
     for r in receipts:
         if r is not None:
             run.answered[r.status] = run.answered.get(r.status, 0) + 1
-    event = _event(fed, run, requests, receipts, removal, tick)
+    event = _event(fed, run, requests, receipts, removal, place)
     if failures:
         event.update(_failure_fields(fed, failures))
     reason = event.get("retrain_reason") if event.get("retrained") else None
     if reason:
         run.retrains[reason] = run.retrains.get(reason, 0) + 1
     event.setdefault("timings", {}).update(timings)
-    if run.evaluate:
-        evaluate_batch(fed, run, tick, event)
+    if run.evaluate and (removed or failures):  # a batch that changed nothing: not evaluated
+        evaluate_batch(fed, run, place.tick, event)
     run.batches += 1
     run.step("")
     return BatchOutcome(
@@ -394,24 +402,33 @@ def _event(
     requests: Sequence[DeletionRequest],
     receipts: Sequence[DeletionReceipt | None],
     removal: _Removal,
-    tick: int,
+    place: BatchPlace,
 ) -> dict[str, Any]:
-    """The ``deletion_batch`` record (``requests`` counts the requests answered now)."""
+    """The ``deletion_batch`` record (``requests`` counts the requests answered now).
+
+    ``tick``, ``phase`` and ``phases`` (applied requests per phase) come from the requests
+    the batch applied, and ``withdrawn_clients`` lists the withdrawals it applied: re-sent
+    duplicates and rejected requests place and mark nothing
+    (:func:`~simulator.runner.admission.batch_place`).
+    """
     removed, report, now = removal.removed, removal.report, removal.now
     answered = [(req, r) for req, r in zip(requests, receipts, strict=True) if r is not None]
     head = fed.head
     event: dict[str, Any] = {
         "event": "deletion_batch",
         "batch": run.batches,
-        "tick": tick,
-        "phase": fed.scenario.stream.phase_at(tick).name,
+        "tick": place.tick,
+        "phase": place.phase,
+        "phases": place.phases,
         "requests": len(answered),
         "applied": sum(r.status == "applied" for _, r in answered),
         "rejected": sum(r.status == "rejected" for _, r in answered),
         "duplicates": sum(r.status == "duplicate" for _, r in answered),
         "held": sum(r is None for r in receipts),
         "withdrawn_clients": sorted(
-            req.client_id for req, _ in answered if req.client_id is not None
+            req.client_id
+            for req, r in answered
+            if req.client_id is not None and r.status == "applied"
         ),
         "samples": len(removed),
         "removed_total": len(run.forgotten),

@@ -28,8 +28,10 @@ from simulator.reporting.flat import BATCHES_CSV, batch_events, write_batches_cs
 from simulator.reporting.run_report import (
     OUTPUT_FILES,
     RunWriter,
+    happened,
     plot_run,
     render_summary,
+    scenario_marks,
     summary_rows,
     summary_tables,
 )
@@ -57,6 +59,9 @@ class RunRecorder:
     on_event : callbacks receiving every event record with the federation.
     resume : append to an existing log (a restarted consumer) instead of starting it afresh.
     plots : write the PNG plots at the end.
+    setup_seconds : how long the run took to set up before the stream (loading the data,
+        training the extractor and the head; None: not measured), in the end event and the
+        summary's wall time beside the stream's own.
     """
 
     def __init__(
@@ -66,8 +71,10 @@ class RunRecorder:
         on_event: Sequence[EventCallback] = (),
         resume: bool = False,
         plots: bool = True,
+        setup_seconds: float | None = None,
     ) -> None:
         self.folder = Path(folder)
+        self.setup_seconds = setup_seconds
         self.on_event = list(on_event)
         self.plots = plots
         if not resume:
@@ -79,6 +86,7 @@ class RunRecorder:
         self.writer = RunWriter(self.folder, append=resume)
         self.start_event: dict[str, Any] = {}
         self.verdict: Verdict | None = None
+        self.headline = ""
         self.tables: list[Table] = []
         self.wall = time.perf_counter()
 
@@ -136,10 +144,12 @@ class RunRecorder:
         ``extra_rows``: their summary rows, shown as a section after the common ones;
         ``interrupted``: ``{"batch": k, "of": N or None, "signal": name}`` when a signal stopped
         the stream (recorded in the end event, ``run.json`` and summary.md's first line).
-        Returns the end event and every summary row; the certificate verdict and the phase
-        and attack tables are kept as ``verdict`` and ``tables``.
+        Returns the end event and every summary row; the headline, the certificate verdict and
+        the phase and attack tables are kept as ``headline``, ``verdict`` and ``tables``.
         """
         end = end_event(fed, run, time.perf_counter() - self.wall)
+        if self.setup_seconds is not None:
+            end["setup_seconds"] = self.setup_seconds
         if extra:
             end.update(extra)
         if interrupted:
@@ -151,17 +161,19 @@ class RunRecorder:
         rows = summary_rows(start, self.batches, end)
         self.verdict = certificate_verdict(start, self.batches, end)
         self.tables = summary_tables(self.batches)
+        self.headline = happened(self.batches, end).headline()
         end["certificate_held"] = self.verdict.held
         self.writer.json("metrics.json", end)
         text = render_summary(
-            fed.scenario.name, self.verdict, rows, self.tables, extra_rows, interrupted
-        )
+            fed.scenario.name, self.verdict, rows, self.tables, extra_rows, interrupted,
+            headline=self.headline,
+        )  # fmt: skip
         self.writer.text("summary.md", text)
         write_batches_csv(self.folder / BATCHES_CSV, self.batches)
         rows += list(extra_rows)
         if self.plots and self.batches:
-            shifts = [(f"shift: {s.kind}", s.start) for s in fed.scenario.shifts]
-            plot_run(self.folder, self.batches, fed.scenario.name, shifts)
+            marks = scenario_marks(fed.scenario)
+            plot_run(self.folder, self.batches, fed.scenario.name, **marks)
         return end, rows
 
     def close(self) -> None:

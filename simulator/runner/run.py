@@ -10,6 +10,7 @@ interrupted (:mod:`.interrupt`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -106,8 +107,14 @@ def run_scenario(
         check_recorder_target(output_dir)  # never replace a summary.md that no run wrote
     folder = Path(output_dir) if output_dir is not None else new_run_folder(scenario.output_dir)
     with tracked(folder, scenario=scenario.name):
+        started = time.perf_counter()
         fed = _train(scenario, console, transport)
-        recorder = RunRecorder(folder, on_event=options.on_event, plots=options.plots)
+        recorder = RunRecorder(
+            folder,
+            on_event=options.on_event,
+            plots=options.plots,
+            setup_seconds=time.perf_counter() - started,
+        )
         try:  # the recorder only once the federation is built: no empty logs on failure
             end, rows = _play(fed, recorder, console, progress=options.progress)
         finally:
@@ -117,22 +124,35 @@ def run_scenario(
         title += (
             f" (interrupted at batch {end['interrupted']['batch']} of {end['interrupted']['of']})"
         )
-    print_summary(console, title, rows, folder, verdict_lines(recorder.verdict), recorder.tables)
+    print_summary(
+        console, title, rows, folder, verdict_lines(recorder.verdict), recorder.tables,
+        headline=recorder.headline,
+    )  # fmt: skip
     return RunResult(folder, end, rows)
 
 
 def _train(scenario: Scenario, console: Console, transport: ClientTransport | None) -> Federation:
-    """Build the federation, FedAvg's progress on the console's status line."""
-    with console.status(f"[bold]{scenario.name}[/]: loading data and training the extractor") as st:
+    """Build the federation, each stage and FedAvg's rounds on the console's status line.
+
+    On a console that is not a terminal (no status line), each stage is printed as it starts.
+    """
+    with console.status(f"[bold]{scenario.name}[/]: starting") as st:
         rounds = scenario.model.rounds
+
+        def on_stage(name: str) -> None:
+            st.update(f"[bold]{scenario.name}[/]: {name}")
+            if not console.is_terminal:
+                console.print(f"{scenario.name}: {name}", highlight=False)
 
         def on_round(done: int, loss: float) -> None:  # FedAvg progress while it trains
             st.update(
                 f"[bold]{scenario.name}[/]: training the extractor, FedAvg round {done}/{rounds} "
-                f"done (loss {loss:.4f}); then the head"
+                f"done (loss {loss:.4f})"
             )
 
-        return build_federation(scenario, transport=transport, extractor_progress=on_round)
+        return build_federation(
+            scenario, transport=transport, extractor_progress=on_round, stage=on_stage
+        )
 
 
 def _play(

@@ -2,8 +2,9 @@
 
 The value is parsed as YAML (``50`` is an int, ``0.5`` a float, ``true`` a
 bool, ``[3, 8]`` a list, ``null`` None); list items are addressed by index
-(``stream.phases.0.rate=50``). The path must exist in the schema; the result
-goes through the same validation as the file.
+(``stream.phases.0.rate=50``). The path must exist in the schema (else an error
+``--set: dotted.path: unknown key ...``, the origin every problem of an override names);
+the result goes through the same validation as the file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import yaml
 
 from simulator.errors import ConfigError
 from simulator.scenario.schema import Path, allowed_keys, dotted, is_list, resolve
+
+#: Where an override's problems say they come from (as the schema problems of its values do).
+ORIGIN = "--set"
 
 
 def parse_override(text: str) -> tuple[Path, Any]:
@@ -53,10 +57,12 @@ def _check_path(root: type[Any], path: Path) -> None:
     if isinstance(bad[-1], int) or is_list(parent):
         kind = "an index" if is_list(parent) else "a key"
         raise ConfigError(
-            f"'{bad[-1]}' is not {kind} of {dotted(bad[:-1]) or 'the scenario'}", name
+            f"'{bad[-1]}' is not {kind} of {dotted(bad[:-1]) or 'the scenario'}",
+            name,
+            origin=ORIGIN,
         )
     allowed = ", ".join(allowed_keys(parent))
-    raise ConfigError(f"unknown key '{bad[-1]}' (allowed: {allowed})", name)
+    raise ConfigError(f"unknown key '{bad[-1]}' (allowed: {allowed})", name, origin=ORIGIN)
 
 
 def _set(node: Any, path: Path, value: Any, done: Path = ()) -> Any:
@@ -69,7 +75,9 @@ def _set(node: Any, path: Path, value: Any, done: Path = ()) -> Any:
         size = len(node) if isinstance(node, list) else 0
         if not isinstance(node, list) or head >= size:
             raise ConfigError(
-                f"index {head} out of range (the list has {size} items)", dotted(here)
+                f"index {head} out of range (the list has {size} items)",
+                dotted(here),
+                origin=ORIGIN,
             )
         node[head] = _set(node[head], rest, value, here)
         return node

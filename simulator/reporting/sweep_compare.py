@@ -1,0 +1,352 @@
+"""Paired verdicts and overlaid plots of a seeded sweep (``unlearnsim runs compare PARENT``).
+
+A sweep (:mod:`simulator.runner.sweep`) ran the streaming scenario once per seed and method;
+every seed gives each method the same data, federation, stream and shifts, so the seeds pair
+the methods. For every phase of the stream (in stream order, then ``whole run``) and metric,
+each run's value is read from its deletion-batch events (:data:`PHASE_METRICS`: the last
+measured value in the phase, the retrains in it, its mean removal time) and its end event
+(:data:`RUN_METRICS`); every other method is paired with the base (``cr`` when swept, else the
+first method) by :func:`simulator.compare.verdict.paired_values`, the statistics of
+``unlearnsim compare``: the paired difference ``method - base``, its 95% t interval and the
+paired t test's p value (an exact sign test when the differences are all equal). The verdict
+names the direction only
+(``DR higher`` / ``DR lower`` / ``no difference`` at 95%): which is better depends on the
+metric (higher accuracy, lower budget use, an attack AUC nearer 0.5).
+
+:func:`plot_sweep` overlays every run over the stream tick, one colour per method: test
+accuracy, budget used and the loss attack's AUC, with the scenario's phases shaded, its shifts
+drawn, and each run's retrains as ticks along the bottom.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.compare.verdict import Paired, Pairing, label, paired_values
+from simulator.reporting.flat import Scalar
+from simulator.reporting.plot_marks import (
+    LEGEND_OUTSIDE,
+    StreamMarks,
+    decorate,
+    save_figure,
+)
+from simulator.reporting.runs_compare import (
+    VERDICTS_CSV,
+    RunSummary,
+    compare_table,
+    load_run,
+    retrain_ticks,
+    run_marks,
+    write_compare,
+)
+from simulator.runner.sweep import SweepRun, read_sweep, sweep_runs
+
+#: Per phase: (name, batch column, how): ``last`` value measured in the phase, ``sum`` of
+#: retrains, ``mean`` over its batches (the removal time, in ms).
+PHASE_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("test accuracy", "metrics.accuracy_test", "last"),
+    ("OOD accuracy", "metrics.accuracy_ood", "last"),
+    ("forget accuracy", "metrics.accuracy_forget", "last"),
+    ("MIA AUC (loss attack)", "privacy.attacks.loss.auc", "last"),
+    ("budget used", "budget_used_ratio", "last"),
+    ("retrains", "retrained", "sum"),
+    ("removal ms per batch", "timings.total", "mean"),
+)
+#: Over the whole run, from the end event (``metrics.json``): (name, dotted key).
+RUN_METRICS: tuple[tuple[str, str], ...] = (
+    ("test accuracy", "metrics.accuracy_test"),
+    ("OOD accuracy", "metrics.accuracy_ood"),
+    ("retrains", "retrains"),
+    ("wall seconds", "wall_seconds"),
+)
+WHOLE_RUN = "whole run"
+#: The columns of ``verdicts.csv``.
+CSV_COLUMNS = (
+    *("phase", "metric", "method", "base", "seeds", "mean_method", "std_method"),
+    *("mean_base", "std_base", "diff", "t_low", "t_high", "p_value", "verdict"),
+)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep's parent folder, read back: its manifest and every run found, in order."""
+
+    parent: Path
+    manifest: dict[str, Any]
+    runs: list[tuple[SweepRun, RunSummary]]
+
+    @property
+    def methods(self) -> list[str]:
+        """The swept methods, in the sweep's order."""
+        return [str(m) for m in self.manifest.get("methods", [])]
+
+    @property
+    def base(self) -> str:
+        """The method the others are paired with: ``cr`` when swept, else the first."""
+        return "cr" if "cr" in self.methods else self.methods[0]
+
+
+@dataclass(frozen=True)
+class SweepVerdict:
+    """One paired comparison: a phase, a metric and the statistics."""
+
+    phase: str
+    metric: str
+    stats: Paired
+
+    @property
+    def verdict(self) -> str:
+        """``<method> higher`` / ``<method> lower`` / ``no difference`` (at 95%) / ``n/a``."""
+        said = self.stats.verdict
+        if said in ("n/a", "no difference"):
+            return said
+        return f"{label(self.stats.method)} {'higher' if self.stats.low > 0 else 'lower'}"
+
+
+def is_sweep(folder: str | Path) -> bool:
+    """``folder`` is a sweep's parent (it holds a ``sweep.json`` a sweep wrote)."""
+    return read_sweep(folder) is not None
+
+
+def load_sweep(parent: str | Path) -> Sweep:
+    """Read a sweep and every run of it that has a folder."""
+    manifest = read_sweep(parent) or {}
+    runs = [(run, load_run(folder)) for run, folder in sweep_runs(parent)]
+    return Sweep(Path(parent), manifest, runs)
+
+
+def _number(v: Scalar) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, int | float) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def phase_values(run: RunSummary) -> dict[tuple[str, str], float]:
+    """(phase, metric) -> value of one run (module docstring), ``whole run`` included."""
+    by_phase: dict[str, list[dict[str, Scalar]]] = {}
+    for b in run.batches:
+        by_phase.setdefault(str(b.get("phase", "?")), []).append(b)
+    out: dict[tuple[str, str], float] = {}
+    for phase, group in by_phase.items():
+        for name, key, how in PHASE_METRICS:
+            got = _phase_value(group, key, how)
+            if got is not None:
+                out[phase, name] = got
+    final = run.final
+    for name, key in RUN_METRICS:
+        if key == "retrains":
+            reasons = ("budget", "method", "client_failed")
+            out[WHOLE_RUN, name] = float(sum(int(final.get(f"retrains_{r}") or 0) for r in reasons))
+            continue
+        value: Any = final
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if (v := _number(value)) is not None:
+            out[WHOLE_RUN, name] = v
+    return out
+
+
+def _phase_value(group: list[dict[str, Scalar]], key: str, how: str) -> float | None:
+    """One metric of one phase's batches: ``last`` value, ``sum`` of retrains, ``mean`` in ms."""
+    if how == "sum":
+        return float(sum(bool(b.get(key)) and bool(b.get("samples")) for b in group))
+    values = [v for b in group if (v := _number(b.get(key))) is not None]
+    if not values:
+        return None
+    return values[-1] if how == "last" else 1e3 * sum(values) / len(values)
+
+
+def phase_order(sweep: Sweep) -> list[str]:
+    """The phases in stream order (as the runs met them), then ``whole run``."""
+    seen: dict[str, None] = {}
+    for _, run in sweep.runs:
+        seen.update((str(b.get("phase", "?")), None) for b in run.batches)
+    return [*seen, WHOLE_RUN]
+
+
+def sweep_verdicts(sweep: Sweep) -> list[SweepVerdict]:
+    """Every method against the base, per phase and metric, paired over the seeds."""
+    values = {(run.method, run.seed): phase_values(summary) for run, summary in sweep.runs}
+    names = [n for n, _, _ in PHASE_METRICS]
+    out = []
+    for i, phase in enumerate(phase_order(sweep)):
+        metrics = [n for n, _ in RUN_METRICS] if phase == WHOLE_RUN else names
+        for metric in metrics:
+            for method in sweep.methods:
+                if method == sweep.base:
+                    continue
+
+                def of(m: str, phase: str = phase, metric: str = metric) -> dict[int, float]:
+                    return {
+                        seed: v[phase, metric]
+                        for (name, seed), v in values.items()
+                        if name == m and (phase, metric) in v
+                    }
+
+                got = paired_values(
+                    of(method), of(sweep.base), Pairing(method, sweep.base, metric, i)
+                )
+                if got is not None:
+                    out.append(SweepVerdict(phase, metric, got))
+    return out
+
+
+def scale_of(metric: str) -> float:
+    """100 for a share shown in percent (accuracies, budget used), else 1."""
+    return 100.0 if "accuracy" in metric or metric == "budget used" else 1.0
+
+
+def shown(v: float, metric: str, *, sign: bool = True) -> str:
+    """``v`` as the tables show ``metric``: percent with 2 decimals, else 3 significant digits."""
+    if not math.isfinite(v):
+        return "n/a"
+    k = scale_of(metric)
+    v = 0.0 if abs(v) < 1e-12 else v * k
+    plus = "+" if sign else ""
+    return f"{v:{plus}.2f}" if k == 100.0 else f"{v:{plus}.3g}"
+
+
+def _cell(mean: float, std: float, metric: str) -> str:
+    text = shown(mean, metric, sign=False)
+    if text == "n/a" or not math.isfinite(std):
+        return text
+    return f"{text} ± {shown(std, metric, sign=False)}"
+
+
+def difference(s: Paired, metric: str) -> str:
+    """``+d [low, high]``: the paired difference and its 95% t interval, as shown."""
+    return f"{shown(s.diff, metric)} [{shown(s.low, metric)}, {shown(s.high, metric)}]"
+
+
+def verdict_markdown(rows: Sequence[SweepVerdict]) -> str:
+    """The verdicts as a Markdown table (accuracies and budget in percent)."""
+    lines = [
+        "| phase | metric | method vs base | seeds | method | base | difference [95% t "
+        "interval] | p (paired t) | verdict at 95% |",
+        "|" + "---|" * 9,
+    ]
+    for r in rows:
+        s, m = r.stats, r.metric
+        unit = " %" if scale_of(m) == 100.0 else ""
+        p = "n/a" if not math.isfinite(s.p_value) else f"{s.p_value:.3g}"
+        lines.append(
+            f"| {r.phase} | {m}{unit} | {label(s.method)} vs {label(s.base)} | {s.seeds} "
+            f"| {_cell(s.mean_method, s.std_method, m)} | {_cell(s.mean_base, s.std_base, m)} "
+            f"| {difference(s, m)} | {p} | {r.verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def verdict_csv(rows: Sequence[SweepVerdict]) -> str:
+    """The verdicts as CSV (raw values, accuracies as fractions)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        s = r.stats
+        nums = (s.mean_method, s.std_method, s.mean_base, s.std_base, s.diff, s.low, s.high,
+                s.p_value)  # fmt: skip
+        w.writerow(
+            [r.phase, r.metric, s.method, s.base, s.seeds]
+            + [f"{v:.6g}" if math.isfinite(v) else "" for v in nums]
+            + [r.verdict]
+        )
+    return buf.getvalue()
+
+
+def sweep_markdown(sweep: Sweep, rows: Sequence[SweepVerdict]) -> str:
+    """``compare.md``'s sweep section: what was swept, how to read it, and the verdicts."""
+    seeds = sorted({run.seed for run, _ in sweep.runs})
+    command = " ".join(str(c) for c in sweep.manifest.get("command", []))
+    head = [
+        f"# Seeded sweep: {sweep.manifest.get('scenario', '?')}",
+        "",
+        f"Methods {', '.join(sweep.methods)}; seeds {', '.join(map(str, seeds))}; "
+        f"{len(sweep.runs)} runs in `{sweep.parent}`.",
+    ]
+    if command:
+        head += ["", f"Command: `{command}`"]
+    head += [
+        "",
+        f"Each method against {label(sweep.base)}, paired over the seeds (the same data, "
+        "federation, stream and shifts per seed): per phase, the value at the end of the phase "
+        "(retrains: counted in it; removal time: its mean), then the whole run. The difference "
+        "is method - base with its 95% t interval and the paired t test's p value; the verdict "
+        "names a direction only where the interval excludes 0 (higher is better for accuracy, "
+        "lower for budget used and removal time, nearer 0.5 for an attack AUC).",
+        "",
+        "## Paired verdicts",
+        "",
+    ]
+    return "\n".join(head) + "\n" + verdict_markdown(rows)
+
+
+def _tick_points(run: RunSummary, key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for b in run.batches:
+        x, y = _number(b.get("tick")), _number(b.get(key))
+        if x is not None and y is not None:
+            xs.append(x)
+            ys.append(y)
+    return xs, ys
+
+
+def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
+    """Write the overlaid plots of a sweep into ``out`` (module docstring); figures by name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    marks = run_marks(sweep.runs[0][1]) if sweep.runs else StreamMarks()
+    colours = {m: f"C{i % 10}" for i, m in enumerate(sweep.methods)}
+    figures: dict[str, Any] = {}
+    for name, key, ylabel in (
+        ("accuracy.png", "metrics.accuracy_test", "test accuracy"),
+        ("budget.png", "budget_used_ratio", "charge of the released head / budget"),
+        ("mia.png", "privacy.attacks.loss.auc", "MIA AUC, loss attack (forget vs holdout)"),
+    ):
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        named: set[str] = set()
+        retrained: set[str] = set()
+        for run, summary in sweep.runs:
+            xs, ys = _tick_points(summary, key)
+            first = run.method not in named
+            named.add(run.method)
+            if xs:
+                ax.plot(xs, ys, color=colours[run.method], lw=1.2, alpha=0.75, marker="o", ms=2.5,
+                        label=f"{run.method} (one line per seed)" if first else None)  # fmt: skip
+            row = sweep.methods.index(run.method)
+            entry = None if run.method in retrained else f"retrains ({run.method}, every seed)"
+            if retrain_ticks(ax, summary, {"color": colours[run.method]}, row, entry):
+                retrained.add(run.method)
+        if key == "budget_used_ratio":
+            ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
+        if key.endswith(".auc"):
+            ax.axhline(0.5, color="k", lw=0.8, ls="--", label="chance (0.5)")
+        decorate(ax, marks, secondary=False)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{sweep.manifest.get('scenario', '?')}: {ylabel}, every seed", fontsize=10)
+        ax.legend(fontsize=7, **LEGEND_OUTSIDE)
+        ax.grid(alpha=0.3)
+        figures[name] = save_figure(fig, out / name)
+    return figures
+
+
+def write_sweep_compare(sweep: Sweep, out: Path, rows: Sequence[SweepVerdict]) -> Path:
+    """Write ``compare.md`` and ``verdicts.csv`` into ``out``; returns ``compare.md``'s path.
+
+    ``compare.md``: the sweep, its verdicts (:func:`sweep_markdown`), its runs side by side.
+    """
+    header, table = compare_table([summary for _, summary in sweep.runs])
+    path = write_compare(out, header, table, before=sweep_markdown(sweep, rows))
+    (out / VERDICTS_CSV).write_text(verdict_csv(rows), encoding="utf-8")
+    return path

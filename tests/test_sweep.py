@@ -1,0 +1,117 @@
+"""Seeds on the streaming scenario (issue 29): ``run --seeds N --methods a,b`` runs the scenario
+itself per seed and method into one parent folder; ``runs compare PARENT`` pairs the methods over
+the seeds with ``compare``'s statistics, per phase and metric, and overlays the runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from support.scenarios import QUICKSTART, SMALL
+
+from server.cli import main
+from simulator.compare.verdict import Pairing, paired_values
+from simulator.runner.run_folder import read_manifest
+from simulator.runner.sweep import read_sweep
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    parent = tmp_path_factory.mktemp("sweep") / "drift"
+    args = ["run", str(QUICKSTART), *sets(SMALL), "--seeds", "2", "--methods", "cr,decoremoval"]
+    assert main([*args, "--output", str(parent), "--no-progress", "--no-plots"]) == 0
+    return parent
+
+
+def test_a_sweep_runs_the_scenario_per_seed_and_method(sweep: Path) -> None:
+    manifest = read_sweep(sweep)
+    assert manifest is not None
+    assert manifest["methods"] == ["cr", "decoremoval"] and manifest["seeds"] == [7, 8]
+    names = [r["folder"] for r in manifest["runs"]]
+    assert names == ["cr-seed7", "decoremoval-seed7", "cr-seed8", "decoremoval-seed8"]
+    for item in manifest["runs"]:
+        folder = sweep / item["folder"]
+        assert read_manifest(folder)["status"] == "completed"
+        final = json.loads((folder / "metrics.json").read_text())
+        assert final["method"] == item["method"]
+        resolved = (folder / "resolved_scenario.yaml").read_text()
+        assert f"seed: {item['seed']}\n" in resolved  # the scenario itself, with its seed
+        assert "shifts:" in resolved and "class-1-purge" in resolved  # timed shifts, phases
+
+
+def test_runs_compare_gives_paired_verdicts_per_phase_and_metric(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    assert main(["runs", "compare", str(sweep), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "paired over seeds, each method vs cr" in printed
+    text = (out / "compare.md").read_text()
+    assert "## Paired verdicts" in text and "| DR vs CR | 2 |" in text
+    assert "## Runs side by side" in text
+    rows = list(csv.DictReader(io.StringIO((out / "verdicts.csv").read_text())))
+    phases = list(dict.fromkeys(r["phase"] for r in rows))
+    assert phases == ["warmup", "class-1-purge", "client-2-cleanup", "whole run"]
+    metrics = {r["metric"] for r in rows if r["phase"] == "warmup"}
+    assert {"test accuracy", "MIA AUC (loss attack)", "budget used", "retrains"} <= metrics
+    assert {r["verdict"] for r in rows} <= {"DR higher", "DR lower", "no difference", "n/a"}
+
+    # the statistics are compare's, on the runs' own final values
+    final = {
+        (item["method"], item["seed"]): json.loads(
+            (sweep / item["folder"] / "metrics.json").read_text()
+        )["metrics"]["accuracy_test"]
+        for item in json.loads((sweep / "sweep.json").read_text())["runs"]
+    }
+    expected = paired_values(
+        {s: v for (m, s), v in final.items() if m == "decoremoval"},
+        {s: v for (m, s), v in final.items() if m == "cr"},
+        Pairing("decoremoval", "cr", "test accuracy", 3),
+    )
+    assert expected is not None
+    (row,) = [r for r in rows if r["phase"] == "whole run" and r["metric"] == "test accuracy"]
+    assert row["seeds"] == "2"
+    assert float(row["diff"]) == pytest.approx(expected.diff, rel=1e-5, abs=1e-9)
+    assert row["verdict"] in {"no difference", "n/a"} or float(row["p_value"]) < 0.05
+
+    for name in ("accuracy.png", "budget.png", "mia.png"):
+        assert (out / name).stat().st_size > 5_000, name
+
+
+def test_sweep_plots_carry_phases_shifts_and_every_seed(sweep: Path, tmp_path: Path) -> None:
+    from simulator.reporting.sweep_compare import load_sweep, plot_sweep
+
+    figures = plot_sweep(load_sweep(sweep), tmp_path)
+    ax = figures["accuracy.png"].axes[0]
+    labels = [t.get_text().strip() for t in ax.texts]
+    assert {"warmup", "class-1-purge", "client-2-cleanup"} <= set(labels)
+    assert any(t.startswith("shift: gaussian_noise") for t in labels)
+    assert ax.get_xlabel() == "stream tick"
+    curves = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
+    assert len(curves) >= 4  # one line per run: 2 seeds x 2 methods
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "cr (one line per seed)" in legend and "decoremoval (one line per seed)" in legend
+
+
+def test_a_sweep_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine\n")
+    args = ["run", str(QUICKSTART), *sets(SMALL), "--seeds", "2"]
+    assert main([*args, "--output", str(taken)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]
+    assert main([*args, "--methods", "cr,cr", "--output", str(tmp_path / "x")]) == 2
+    assert "a method is named twice" in capsys.readouterr().err
+    assert main([*args, "--stream", "kafka", "--output", str(tmp_path / "k")]) == 2
+    assert "--seeds: a seeded sweep plays the scenario's own stream" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "k").exists()
