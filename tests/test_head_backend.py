@@ -2,7 +2,13 @@
 
 import numpy as np
 import pytest
-from support.head_backend import RTOL, assert_same_reports, run_stream, twin_heads
+from support.head_backend import (
+    RTOL,
+    assert_same_reports,
+    parity_settings,
+    run_stream,
+    twin_heads,
+)
 from support.heads import planted_problem
 
 from simulator.errors import ConfigError
@@ -19,10 +25,13 @@ def test_torch_cpu_head_matches_numpy(
 ) -> None:
     if gpu_path:  # torch without its numpy fast paths: what a GPU runs
         monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
-    ref, other = twin_heads("torch", accounting=accounting, sigma=0.5, lam=1e-2)
+    ref, other = twin_heads("torch", **parity_settings(accounting))
     assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)
     assert isinstance(other._W, torch.Tensor)
-    assert run_stream(ref, other) >= 1  # the budget forces (warm) retrains on both
+    retrains, corrections = run_stream(ref, other)
+    assert retrains >= 1  # the budget forces (warm) retrains on both
+    if accounting in ("anchored", "exact"):  # and correction steps, measured alike
+        assert corrections >= 1
 
 
 def test_torch_cpu_head_matches_numpy_with_reweighting() -> None:

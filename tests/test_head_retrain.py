@@ -67,7 +67,8 @@ def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
 
 
 def test_retrain_report_counts_iterations() -> None:
-    X, y, (warm, cold) = heads(400, 10, 3, 7, lam=1e-2, sigma=1.0, epsilon=1e-3)
+    # no correction steps: the budget must force the retrain this test counts
+    X, y, (warm, cold) = heads(400, 10, 3, 7, lam=1e-2, sigma=1.0, epsilon=1e-3, correction_steps=0)
     rw, rc = warm.remove([3]), cold.remove([3])
     assert rw.retrained and rc.retrained and rw.retrain_reason == "budget"
     # warm: a few preconditioned gradient iterations, no Newton fallback on this problem

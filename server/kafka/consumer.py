@@ -7,7 +7,8 @@ For every micro-batch (``batcher``):
 3. answer the requests: duplicates from the ledger, the rest validated and removed by one
    certified update (``apply``), or held for a larger removal (``--min-removal-batch``);
 4. persist the head, the ledger, the next offsets and the outbox (the batch's receipts and
-   dead letters) atomically (``checkpoint``);
+   dead letters) atomically (``checkpoint``: a full snapshot every ``snapshot_every`` batches,
+   a journal record of the batch in between, :mod:`server.kafka.journal`);
 5. commit the offsets to the consumer group (for lag monitoring; the checkpoint is the source
    of truth on restart);
 6. publish the outbox (``publisher``), retrying with back-off while the broker is away.
@@ -52,6 +53,7 @@ from server.kafka.events import (
 )
 from server.kafka.fetch import next_records
 from server.kafka.gate import Gate, GateConfig, registry_of
+from server.kafka.journal import BatchInput
 from server.kafka.offsets import Gap, LogProbe, OffsetGapError, Policy, find_gap, fingerprint
 from server.kafka.publisher import Publisher
 from server.kafka.security import client_options
@@ -110,6 +112,7 @@ class ConsumerConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     on_offset_gap: Policy = "fail"
     min_removal_batch: int = 1
+    snapshot_every: int = 1
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,14 @@ class DeletionConsumer:
         """
         cfg = self.config
         wall = time.perf_counter()
-        with CheckpointStore(cfg.state_dir, self.fed, fsync=cfg.fsync) as store:
+        store = CheckpointStore(
+            cfg.state_dir,
+            self.fed,
+            fsync=cfg.fsync,
+            snapshot_every=cfg.snapshot_every,
+            min_rows=cfg.min_removal_batch,
+        )
+        with store:
             state = store.load()
             resumed = state is not None
             self.state = state = state or ConsumerState()
@@ -221,8 +231,10 @@ class DeletionConsumer:
                     }
                 )
                 self._loop(_Session(consumer, parts, store, ledger, publisher))
+                self._close_journal(store)
             except ConsumerInterrupted:  # stopped while waiting: nothing unsaved is lost
                 log.info("stopped while waiting; every batch applied is in the checkpoint")
+                self._close_journal(store)
             finally:
                 if consumer is not None:
                     consumer.close(autocommit=False)
@@ -239,6 +251,13 @@ class DeletionConsumer:
         summary["gaps"] = list(state.gaps)
         self._emit(summary)
         return summary
+
+    def _close_journal(self, store: CheckpointStore) -> None:
+        """A clean end: snapshot the journaled batches, so the next start replays none."""
+        if store.journaled:
+            count, t = store.journaled, time.perf_counter()
+            store.snapshot(self.state)
+            log.info("snapshot after %d journaled batches: %.2f s", count, time.perf_counter() - t)
 
     # ------------------------------------------------------------------ start
     def _open(self) -> KafkaConsumer:
@@ -491,7 +510,8 @@ class DeletionConsumer:
             reason = denied[i].split(":", 1)[0]
             reasons[reason] = reasons.get(reason, 0) + 1
         state.batch_event = batch_record(result, state, len(records), kinds, reasons)
-        checkpoint = session.store.save(state)
+        given = BatchInput(tuple(r.to_json().decode() for r in requests), dict(denied))
+        checkpoint = session.store.save(state, given)
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
         t_committed = time.perf_counter()

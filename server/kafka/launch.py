@@ -95,6 +95,7 @@ def consumer_config(
         gate=gate,
         on_offset_gap=stream.on_offset_gap,
         min_removal_batch=stream.min_removal_batch,
+        snapshot_every=stream.snapshot_every,
     )
 
 

@@ -51,6 +51,13 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
         "stop after this long without a request (default 0: run until SIGTERM/SIGINT)",
         metavar="SECONDS",
     )
+    add_setting(
+        parser,
+        "snapshot_every",
+        "write the full checkpoint (the head's state) every N batches and journal the batches "
+        "between, re-applied on restart (default: %(default)s; 1: a full checkpoint per batch)",
+        metavar="N",
+    )
     parser.add_argument(
         "--no-fsync",
         action="store_true",

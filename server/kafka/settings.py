@@ -54,6 +54,8 @@ class ConsumerSettings(BaseModel):
     subject_rate_window: float = Field(default=3600.0, gt=0)
     on_offset_gap: OffsetGap = "fail"
     min_removal_batch: int = Field(default=1, ge=1)
+    #: a full checkpoint every N batches; the batches between are journaled (docs/stream.md)
+    snapshot_every: int = Field(default=10, ge=1)
     ready_file: str = ""
 
     @property

@@ -75,6 +75,9 @@ FloatArray = NDArray[np.float64]
 SMALL_BATCH = 64
 #: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``).
 STATE_VERSION = 2
+#: Correction steps bring a measured residual below this share of the budget, leaving the rest
+#: for the cheap steps that follow before the next anchor (:meth:`CertifiedHead._correct`).
+CORRECTION_TARGET = 0.5
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,29 @@ class _ColumnTerms:
 
 
 @dataclass(frozen=True)
+class _Release:
+    """The head a removal would release, with what is known about it.
+
+    Its weights ``W``, their exact gradient on the retained rows (None: not measured, or a
+    diagnostic that must not steer the decision), the step's residuals (``exact``: the
+    residual of ``W``) and the correction passes made.
+    """
+
+    W: Array
+    gradient: Array | None
+    residuals: StepResiduals
+    corrections: int = 0
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     """What one removal measured and decided, for its report.
 
     The step's ``residuals`` (zero bounds and the retrained head's residual when the rows were
     retrained away instead), what it ``charged`` (0 then), why the head was retrained
     (``budget``, ``method``, ``empty``; None when the step was released), the refinements
-    of the step's solve, and whether its exact residual re-anchored the charge (``anchored``).
+    of the step's solve, whether its exact residual re-anchored the charge (``anchored``) and
+    the correction passes made (``corrections``).
     """
 
     residuals: StepResiduals
@@ -104,6 +123,7 @@ class StepOutcome:
     retrain_reason: str | None
     solver_iterations: int
     anchored: bool = False
+    corrections: int = 0
 
 
 class CertifiedHead:
@@ -377,13 +397,20 @@ class CertifiedHead:
             W_new = self._W - solved.step
         with _timed(timings, "bounds"):
             bounds = self._step_bounds(delta, solved, len(ids), retained)
-        residuals, grad_new = self._with_exact(bounds, W_new, timings)
-        step, residuals, grad_new = self._charge(residuals, W_new, grad_new, timings)
+        residuals, gradient = self._with_exact(bounds, W_new, timings)
+        step, release = self._charge(_Release(W_new, gradient, residuals), timings)
         self.removals += 1
-        reason = self._settle(step, W_new, grad_new, timings)
+        reason = self._settle(step, release, timings)
         timings["total"] = time.perf_counter() - t0
-        anchored = RULES[self.config.accounting].anchors and grad_new is not None
-        outcome = StepOutcome(residuals, step.charged, reason, solved.refinements, anchored)
+        anchored = RULES[self.config.accounting].anchors and release.gradient is not None
+        outcome = StepOutcome(
+            release.residuals,
+            step.charged,
+            reason,
+            solved.refinements,
+            anchored,
+            release.corrections,
+        )
         return self._report(ids, outcome, timings)
 
     def _folds_carried(self) -> bool:
@@ -391,33 +418,68 @@ class CertifiedHead:
         rule = RULES[self.config.accounting]
         return rule.knows_gradient or (rule.anchors and self._anchor_fresh)
 
-    def _charge(
-        self,
-        residuals: StepResiduals,
-        W_new: Array,
-        grad_new: Array | None,
-        timings: dict[str, float],
-    ) -> tuple[Charge, StepResiduals, Array | None]:
+    def _charge(self, release: _Release, timings: dict[str, float]) -> tuple[Charge, _Release]:
         """The step's charge under the accounting mode (:mod:`simulator.head.accounting`).
 
         A step that corrected the carried gradient starts the sum afresh. ``anchored``
-        re-anchors at the exact residual of ``W_new`` only when the summed charge would cross
-        the budget (one exact pass, timed as ``exact``, unless ``report_exact`` made it
+        re-anchors at the exact residual of the new head only when the summed charge would
+        cross the budget (one exact pass, timed as ``exact``, unless ``report_exact`` made it
         already); a residual measured for ``report_exact`` alone stays a diagnostic, so the
         decisions do not depend on it (the same on every transport, whatever its default).
+        Where the exact gradient decides (at an anchor; ``exact`` always), correction steps
+        may move the head first (:meth:`_correct`); the charge is then the exact residual of
+        the head they release.
         """
         rule = RULES[self.config.accounting]
         previous = 0.0 if rule.anchors and self._anchor_fresh else self._cumulative
-        step = rule.charge(previous, residuals)
+        step = rule.charge(previous, release.residuals)
+        if rule.knows_gradient:
+            release = self._correct(release, timings)
+            return rule.charge(previous, release.residuals), release
         if not rule.anchors:
-            return step, residuals, grad_new
+            return step, release
         if step.cumulative <= self.budget:
-            return step, residuals, None
-        if grad_new is None:
+            return step, dataclasses.replace(release, gradient=None)
+        if release.gradient is None:
             with _timed(timings, "exact"):
-                grad_new = self._gradient_exact(W_new)
-            residuals = dataclasses.replace(residuals, exact=stacked_norm(self._norms(grad_new)))
-        return anchor(residuals), residuals, grad_new
+                gradient = self._gradient_exact(release.W)
+            exact = stacked_norm(self._norms(gradient))
+            residuals = dataclasses.replace(release.residuals, exact=exact)
+            release = dataclasses.replace(release, gradient=gradient, residuals=residuals)
+        release = self._correct(release, timings)
+        return anchor(release.residuals), release
+
+    def _correct(self, release: _Release, timings: dict[str, float]) -> _Release:
+        """Correction steps from a head whose exact gradient ``r`` is known.
+
+        ``w <- w - H_ref'^{-1} r``: the Newton step of the anchor's proof
+        (``docs/certified-head.md``) with no row removed, on the Hessian the solver holds. Its
+        error is not bounded but measured: one exact pass at the new head gives its gradient
+        (the next ``carried``) and its residual (the charge), so the charge is the released
+        head's exact residual whatever the stale Hessian's error. Steps are taken while the
+        residual is above ``CORRECTION_TARGET`` times the budget, up to
+        ``config.correction_steps``, and stop at the first that does not lower it: the head
+        released is the best measured one (timed as ``correction``).
+        """
+        assert release.gradient is not None and release.residuals.exact is not None
+        target = CORRECTION_TARGET * self.budget
+        limit = self.config.correction_steps
+        if release.residuals.exact <= target or limit == 0:
+            return release
+        floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
+        best, lowest, passes = release, release.residuals.exact, 0
+        with _timed(timings, "correction"):
+            while passes < limit and lowest > target:
+                passes += 1
+                assert best.gradient is not None
+                W = best.W - self._solver.solve(best.gradient, floor=floor).step
+                gradient = self._gradient_exact(W)
+                exact = stacked_norm(self._norms(gradient))
+                if not exact < lowest:  # no progress (or NaN): keep the best measured head
+                    break
+                lowest = exact
+                best = _Release(W, gradient, dataclasses.replace(best.residuals, exact=exact))
+        return dataclasses.replace(best, corrections=passes)
 
     def _refresh_if_due(self) -> None:
         """Rebuild the incremental Hessian every ``refresh_every`` removals (0: never)."""
@@ -557,21 +619,19 @@ class CertifiedHead:
             exact = stacked_norm(self._norms(grad_new))
         return dataclasses.replace(bounds, exact=exact), grad_new
 
-    def _settle(
-        self, step: Charge, W_new: Array, grad_new: Array | None, timings: dict[str, float]
-    ) -> str | None:
-        """Release ``W_new``, or retrain when the charge exceeds the budget (returns ``budget``)."""
+    def _settle(self, step: Charge, release: _Release, timings: dict[str, float]) -> str | None:
+        """Release the head, or retrain when the charge exceeds the budget (returns ``budget``)."""
         if step.cumulative > self.budget:
             timings["retrain"] = self._fit("budget")
             self.retrains += 1
             return "budget"
-        self._W = W_new
+        self._W = release.W
         self._cumulative = step.cumulative
         self._since_refresh += 1
         self.model_version += 1
-        self._anchor_fresh = grad_new is not None
-        if grad_new is not None:
-            self._carried = grad_new
+        self._anchor_fresh = release.gradient is not None
+        if release.gradient is not None:
+            self._carried = release.gradient
         return None
 
     def _report(
@@ -602,6 +662,7 @@ class CertifiedHead:
             retrain_iterations=self.last_fit_iterations if retrained else 0,
             retrain_newton_iterations=self.last_fit_newton_iterations if retrained else 0,
             anchored=not retrained and outcome.anchored,
+            corrections=outcome.corrections,
             timings=timings,
         )
 

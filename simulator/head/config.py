@@ -19,7 +19,8 @@ _READINGS = "sound under the realised-b reading of Guo et al.'s Theorem 3"
 ACCOUNTING_NOTES: dict[str, str] = {
     "anchored": (
         "the tight step bound, summed since the last exact gradient of the released head "
-        f"(training or an exact pass, made when the sum would cross the budget); {_READINGS}"
+        "(training or an exact pass, made when the sum would cross the budget, then Newton "
+        f"steps on that gradient, each measured, before any retrain); {_READINGS}"
     ),
     "guo": (
         "Guo et al.'s data-dependent bound, summed over removals since the last retrain; "
@@ -31,7 +32,8 @@ ACCOUNTING_NOTES: dict[str, str] = {
         "strict one (its decision depends on b only through ||w||)"
     ),
     "exact": (
-        f"the exact residual of the released head after every removal (one pass each); {_READINGS}"
+        "the exact residual of the released head after every removal (one pass each, and "
+        f"measured Newton steps on that gradient before any retrain); {_READINGS}"
     ),
 }
 
@@ -47,6 +49,10 @@ class HeadConfig:
     exact residual of the released head. ``report_exact`` computes the exact residual after every
     removal (one gradient round over the retained rows) whatever is charged, as a diagnostic
     that no mode's decision depends on except ``exact``'s.
+    ``correction_steps`` caps the correction steps taken where the exact gradient of the new
+    head is in hand and its residual is above half the budget (``anchored`` at an anchor,
+    ``exact`` after every removal): ``w <- w - H_ref'^{-1} grad L'(w)``, each measured by one
+    more exact pass, before a retrain is considered (0: retrain at once, the earlier behaviour).
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
     ``warm`` (default) from the current head with the removal solver's Hessian as
     preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
@@ -64,6 +70,7 @@ class HeadConfig:
     accounting: Accounting = "anchored"
     tol: float = 1e-8
     refresh_every: int = 0
+    correction_steps: int = 8
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
     retrain: Literal["warm", "cold"] = "warm"
@@ -86,8 +93,9 @@ class HeadConfig:
         from simulator.head.backend import resolve
 
         resolve(self.device, self.backend)  # raises ConfigError on a bad combination
-        if self.refresh_every < 0:
-            raise ConfigError("must be >= 0", "head.refresh_every")
+        for name in ("refresh_every", "correction_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError("must be >= 0", f"head.{name}")
 
     @property
     def budget(self) -> float:
@@ -120,6 +128,8 @@ class RemovalReport:
         last anchor (``anchored``; it drops at an anchor to the exact residual), or the largest
         exact residual since the last (re)training (``exact``).
     anchored : whether an exact pass re-anchored the charge at this removal.
+    corrections : the correction steps taken before the head was released or retrained
+        (:attr:`HeadConfig.correction_steps`), each with its own exact pass.
     epsilon_spent : ``c * cumulative / sigma``, holding with ``delta``.
     retrain_iterations : iterations of the retrain (0 when the step was kept).
     retrain_newton_iterations : those of them that built the Hessians (a warm retrain's
@@ -146,4 +156,5 @@ class RemovalReport:
     retrain_iterations: int = 0
     retrain_newton_iterations: int = 0
     anchored: bool = False
+    corrections: int = 0
     timings: dict[str, float] = field(default_factory=dict)

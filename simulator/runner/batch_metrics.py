@@ -28,6 +28,7 @@ def removal_fields(report: RemovalReport) -> dict[str, Any]:
         "residual_tight": report.residual_tight,
         "residual_exact": report.residual_exact,
         "anchored": report.anchored,
+        "corrections": report.corrections,
         "charged": report.charged,
         "cumulative_residual": report.cumulative,
         "budget": report.budget,

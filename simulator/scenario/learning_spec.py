@@ -185,6 +185,13 @@ class HeadSpec(Section):
     refresh_every: Iterations = Field(
         default=0, description="Retrain the head every N deletion batches (0 = only on budget)."
     )
+    correction_steps: Iterations = Field(
+        default=8,
+        description="Where the exact gradient of a new head is known and its residual is above "
+        "half the budget (anchored: at an anchor; exact: every removal), take up to N Newton "
+        "steps on that gradient, each measured by one exact pass, before retraining (0 = "
+        "retrain at once).",
+    )
     retrain: Literal["warm", "cold"] = Field(
         default="warm",
         description="Retrain from the current head (warm: L-BFGS preconditioned by the removal "

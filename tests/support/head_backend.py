@@ -15,6 +15,15 @@ from support.heads import planted_problem
 RTOL = 1e-9
 
 
+def parity_settings(accounting: str) -> dict[str, Any]:
+    """Head settings under which :func:`run_stream` retrains, and under ``anchored`` and
+    ``exact`` also takes correction steps (one allowed per removal, so the 40-row batch still
+    retrains), on both heads alike."""
+    if accounting in ("anchored", "exact"):
+        return {"accounting": accounting, "sigma": 0.02, "lam": 1e-2, "correction_steps": 1}
+    return {"accounting": accounting, "sigma": 0.5, "lam": 1e-2}
+
+
 def twin_heads(
     backend: str, device: str = "cpu", *, reweigh: bool = False, **cfg: Any
 ) -> list[CertifiedHead]:
@@ -43,6 +52,7 @@ def twin_heads(
 def assert_same_reports(a: Any, b: Any) -> None:
     """Two removal reports agree within the backends' tolerance."""
     assert a.retrained == b.retrained and a.retrain_reason == b.retrain_reason
+    assert (a.anchored, a.corrections) == (b.anchored, b.corrections)
     for key in ("residual_worst", "residual_data", "charged", "cumulative", "epsilon_spent"):
         # abs: charges at the training tolerance are rounding noise (1e-13) next to budgets ~1
         assert getattr(b, key) == pytest.approx(getattr(a, key), rel=RTOL, abs=1e-9), key
@@ -51,17 +61,21 @@ def assert_same_reports(a: Any, b: Any) -> None:
     assert a.retrain_iterations == b.retrain_iterations
 
 
-def run_stream(ref: CertifiedHead, other: CertifiedHead) -> int:
-    """Remove the same batches from both heads, comparing after each; returns the retrains."""
+def run_stream(ref: CertifiedHead, other: CertifiedHead) -> tuple[int, int]:
+    """Remove the same batches from both heads, comparing after each.
+
+    Returns the retrains and the correction steps (the same on both heads).
+    """
     np.testing.assert_array_equal(ref.b, other.b)
     np.testing.assert_allclose(other.W, ref.W, rtol=RTOL, atol=1e-12)
-    retrains = 0
+    retrains = corrections = 0
     batches = [[0], [5], [9, 11, 13], list(range(20, 60)), [61], [62], [63, 64]]
     for ids in batches:
         ra, rb = ref.remove(ids), other.remove(ids)
         assert_same_reports(ra, rb)
         retrains += ra.retrained
+        corrections += ra.corrections
         np.testing.assert_allclose(other.W, ref.W, rtol=1e-8, atol=1e-11)
         np.testing.assert_array_equal(ref.b, other.b)
     np.testing.assert_allclose(other.gradient_norms(), ref.gradient_norms(), rtol=1e-6, atol=1e-11)
-    return retrains
+    return retrains, corrections

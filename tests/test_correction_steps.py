@@ -1,0 +1,118 @@
+"""Correction steps: where one Newton step leaves a measured residual above the budget, further
+steps on the measured gradient bring it down before a retrain is considered.
+
+A correction step is ``w <- w - H_ref'^{-1} r`` with ``r`` the exact gradient of the head on the
+retained rows (``simulator/head/certified.py``, ``CertifiedHead._correct``). Its error is not
+bounded but measured by one more exact pass, so the charge of the released head is its exact
+residual; the measured gradient becomes the next step's ``carried`` term, and the anchor's proof
+(``docs/certified-head.md``) covers the steps that follow. These tests check the three things
+that proof needs: the charge is the released head's exact residual, the gradient carried on is
+the released head's (later charges cover the truth), and a step that does not help is not
+released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from support.heads import planted_problem
+
+from simulator.head import CertifiedHead, HeadConfig, LocalHeadData
+from simulator.head.certified import CORRECTION_TARGET
+
+
+def class_purge() -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """A planted problem and a batch of 60% of one class's rows (a distribution shift)."""
+    X, y = planted_problem(600, 6, 3, seed=11)
+    rows = np.flatnonzero(y == 0)
+    return X, y, rows[: int(0.6 * rows.size)].tolist()
+
+
+def head_with_budget(X: np.ndarray, y: np.ndarray, budget: float, **extra: object) -> CertifiedHead:
+    """An ``anchored`` head (no diagnostic exact pass) whose residual budget is ``budget``."""
+    unit = HeadConfig(sigma=1.0, epsilon=1.0).budget  # eps' is linear in epsilon
+    options: dict = {"sigma": 1.0, "epsilon": budget / unit, "report_exact": False}
+    config = HeadConfig(**(options | extra))
+    return CertifiedHead(LocalHeadData(X, y, 3), config, rng=np.random.default_rng(0))
+
+
+def one_step_residual(X: np.ndarray, y: np.ndarray, ids: list[int]) -> float:
+    """The exact residual that one Newton step leaves after removing ``ids`` (no corrections:
+    the budget is too large to need them)."""
+    head = head_with_budget(X, y, 1e9, report_exact=True)
+    report = head.remove(ids)
+    assert report.corrections == 0 and report.residual_exact is not None
+    return report.residual_exact
+
+
+def test_one_step_is_not_enough_without_corrections() -> None:
+    """The workload: after the class purge one step's residual is several times the budget,
+    so without correction steps the head must retrain."""
+    X, y, purge = class_purge()
+    budget = one_step_residual(X, y, purge) / 4
+    head = head_with_budget(X, y, budget, correction_steps=0)
+    report = head.remove(purge)
+    assert report.retrained and report.retrain_reason == "budget"
+
+
+def test_corrections_certify_the_purge_and_charge_the_released_head() -> None:
+    """With correction steps the same purge is released: the charge is the exact residual of
+    the head released (measured again here), below the correction target, and every later
+    removal's charge still covers the exact residual (the carried gradient is the released
+    head's, not an earlier iterate's)."""
+    X, y, purge = class_purge()
+    first = one_step_residual(X, y, purge)
+    budget = first / 4
+    head = head_with_budget(X, y, budget)
+    report = head.remove(purge)
+    assert not report.retrained and report.anchored
+    assert report.corrections >= 1 and "correction" in report.timings
+    exact = head.exact_residual()
+    assert report.residual_exact == pytest.approx(exact, rel=1e-9)
+    assert report.cumulative == pytest.approx(exact, rel=1e-9)
+    assert exact <= CORRECTION_TARGET * budget < first
+    later = [i for i in range(600) if i not in set(purge)][:40]
+    for i in later:
+        r = head.remove([i])
+        assert r.cumulative >= head.exact_residual() * (1 - 1e-9), (i, r)
+    assert head.retrains == 0
+
+
+def test_a_correction_that_does_not_help_is_not_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A correction that overshoots tenfold (an injected fault in the solves after the
+    removal's own step) raises the residual: the head keeps the iterate it measured best, and
+    its charge is that iterate's exact residual."""
+    X, y, purge = class_purge()
+    budget = one_step_residual(X, y, purge) / 4
+    head = head_with_budget(X, y, budget)
+    solver, solve = head._solver, head._solver.solve
+    calls = []
+
+    def overshooting(gradient, **options):
+        calls.append(1)
+        result = solve(gradient, **options)
+        if len(calls) == 1:  # the removal's Newton step
+            return result
+        return dataclasses.replace(result, step=10.0 * result.step)
+
+    monkeypatch.setattr(solver, "solve", overshooting)
+    report = head.remove(purge)
+    assert report.corrections == 1
+    assert report.retrained  # the one-step head stays above the budget
+    monkeypatch.undo()
+    head = head_with_budget(X, y, 5 * budget)  # room for the one-step head: it is released
+    solver, solve = head._solver, head._solver.solve
+    calls.clear()
+    monkeypatch.setattr(solver, "solve", overshooting)
+    report = head.remove(purge)
+    assert not report.retrained and report.corrections == 1
+    assert report.cumulative == pytest.approx(head.exact_residual(), rel=1e-9)
+
+
+def test_correction_steps_must_not_be_negative() -> None:
+    from simulator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="correction_steps"):
+        HeadConfig(correction_steps=-1)

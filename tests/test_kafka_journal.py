@@ -1,0 +1,138 @@
+"""Checkpoints as a snapshot plus a journal of the batches since (``server/kafka/journal.py``).
+
+The consumer's batches are replayed here without a broker, as :meth:`DeletionConsumer._handle`
+persists them: the federation changes through ``apply_batch``, the consumer state (ledger,
+batch number) with it, and the store journals each batch between snapshots. A second store
+on a fresh copy of the federation must restore the same head, bit for bit, from the snapshot
+and the journal; a journal cut short restores the last complete batch; a journal whose replay
+gives another head is refused; a journal left from before a newer snapshot is ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.scenarios import TEN_CLIENTS, scenario
+
+from server.kafka import journal
+from server.kafka.checkpoint import CheckpointStore, ConsumerState, federation_fingerprint
+from server.kafka.errors import CheckpointError
+from server.kafka.journal import BatchInput
+from server.kafka.producer import scenario_requests
+from simulator.runner.federation import Federation, build_federation
+from simulator.runner.pipeline import apply_batch
+from simulator.runner.run_state import RunState
+from simulator.stream.ledger import Ledger
+
+BATCH = 12
+
+
+@pytest.fixture(scope="module")
+def initial() -> Federation:
+    sc = scenario(TEN_CLIENTS)
+    return build_federation(sc)
+
+
+def consume(
+    fed: Federation, store: CheckpointStore, batches: int, state: ConsumerState | None = None
+) -> tuple[ConsumerState, list[str]]:
+    """Apply ``batches`` more batches of the scenario's requests as the consumer does (after
+    ``state``'s); returns the consumer state and the federation's fingerprint after each."""
+    requests = scenario_requests(fed.scenario)
+    state = state or ConsumerState(run=RunState(evaluate=False))
+    prints = []
+    for _ in range(batches):
+        i = state.batch
+        chunk = requests[i * BATCH : (i + 1) * BATCH]
+        apply_batch(fed, state.run, chunk, ledger=Ledger(state.ledger))
+        state.batch += 1
+        state.offsets = {0: (i + 1) * BATCH}
+        store.save(state, BatchInput(tuple(r.to_json().decode() for r in chunk), {}))
+        prints.append(federation_fingerprint(fed))
+    return state, prints
+
+
+def restored(initial: Federation, folder: Path) -> tuple[Federation, ConsumerState | None]:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(folder, fed, snapshot_every=10) as store:
+        return fed, store.load()
+
+
+def test_snapshot_and_journal_restore_the_same_head(initial: Federation, tmp_path: Path) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        state, _ = consume(fed, store, 1)  # the first save is a snapshot
+        written = store.path.stat().st_mtime_ns, store.path.stat().st_ino
+        state, prints = consume(fed, store, 5, state)  # journaled: the snapshot is not rewritten
+        assert store.journaled == 5
+        assert (store.path.stat().st_mtime_ns, store.path.stat().st_ino) == written
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 6 and loaded.offsets == {0: 6 * BATCH}
+    assert loaded.ledger == state.ledger
+    np.testing.assert_array_equal(back.head.W, fed.head.W)
+    np.testing.assert_array_equal(back.head.b, fed.head.b)
+    assert back.head.cumulative_residual == fed.head.cumulative_residual
+    assert back.head.model_version == fed.head.model_version
+    for cid, client in fed.clients.items():
+        np.testing.assert_array_equal(back.clients[cid].data.weights, client.data.weights)
+    assert federation_fingerprint(back) == prints[-1]
+
+
+def test_every_nth_batch_is_a_snapshot(initial: Federation, tmp_path: Path) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=3) as store:
+        consume(fed, store, 7)  # snapshots at batches 1, 4 and 7
+        assert store.journaled == 0
+    assert journal.read(tmp_path / journal.NAME, "any") == []
+
+
+def test_a_journal_cut_short_restores_the_last_complete_batch(
+    initial: Federation, tmp_path: Path
+) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        _, prints = consume(fed, store, 5)
+    path = tmp_path / journal.NAME
+    path.write_bytes(path.read_bytes()[:-7])  # a crash while appending batch 5's record
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 4
+    assert federation_fingerprint(back) == prints[3]
+
+
+def test_a_replay_that_gives_another_head_is_refused(initial: Federation, tmp_path: Path) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        consume(fed, store, 3)
+    path = tmp_path / journal.NAME
+    records = journal.read(path, _token(path))
+    first = records[0]
+    # a record with a valid digest whose requests are not those the head was updated with
+    changed = dataclasses.replace(
+        first, given=BatchInput(first.given.requests[1:], dict(first.given.denied))
+    )
+    path.write_bytes(b"".join(r.to_bytes() for r in [changed, *records[1:]]))
+    with pytest.raises(CheckpointError, match="another federation"):
+        restored(initial, tmp_path)
+
+
+def test_a_journal_from_before_the_snapshot_is_ignored(initial: Federation, tmp_path: Path) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        state, prints = consume(fed, store, 3)
+        old = (tmp_path / journal.NAME).read_bytes()
+        store.snapshot(state)  # a new snapshot at batch 3; a crash before the journal emptied
+    (tmp_path / journal.NAME).write_bytes(old)
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 3
+    assert federation_fingerprint(back) == prints[-1]  # batches 2-3 not applied twice
+
+
+def _token(path: Path) -> str:
+    """The snapshot token the journal's first record names (read without checking it)."""
+    size = int.from_bytes(path.read_bytes()[:8], "big")
+    payload = path.read_bytes()[40 : 40 + size]
+    return journal.JournalRecord.from_payload(payload).snapshot
