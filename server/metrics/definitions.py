@@ -184,6 +184,19 @@ METRICS: tuple[MetricDef, ...] = (
         cr_delta="Delta of the certificate (one delta for the whole stacked head).",
     ),
     _g(
+        "cr_scope_info",
+        "1 for what the certificate covers: scope head (extractor_data private: the extractor "
+        "saw the clients' rows) or whole_model (public: nothing before the head did).",
+        "scope",
+        "extractor_data",
+    ),
+    *_gauges(
+        (),
+        cr_total_epsilon_spent="Epsilon of the whole model: cr_epsilon_spent plus the "
+        "extractor's (0 for a public extractor); NaN under scope head (not certified).",
+        cr_total_delta="Delta of the whole model's certificate (NaN under scope head).",
+    ),
+    _g(
         "cr_accounting_info",
         "1 for the accounting mode in use (anchored, guo, worst or exact).",
         "accounting",
