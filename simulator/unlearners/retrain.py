@@ -46,6 +46,7 @@ class Retrain(BaseUnlearner[RetrainConfig]):
     name: ClassVar[str] = "retrain"
     guarantee: ClassVar[str] = "exact (model depends only on retained rows)"
     options_type: ClassVar[type[RetrainConfig]] = RetrainConfig
+    uses_extractor_pool: ClassVar[bool] = True
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[RetrainState, FitReport]:
         return self._train_on(np.arange(train.n, dtype=np.int64), seed), FitReport(0.0)
