@@ -193,8 +193,10 @@ METRICS: tuple[MetricDef, ...] = (
     *_gauges(
         (),
         cr_total_epsilon_spent="Epsilon of the whole model: cr_epsilon_spent plus the "
-        "extractor's (0 for a public extractor); NaN under scope head (not certified).",
-        cr_total_delta="Delta of the whole model's certificate (NaN under scope head).",
+        "extractor's (0 for a public extractor); +Inf under scope head (the extractor has no "
+        "guarantee, so the whole model has none).",
+        cr_total_delta="Delta of the whole model's certificate (the head's under scope head, "
+        "where the +Inf epsilon makes it vacuous).",
     ),
     _g(
         "cr_accounting_info",

@@ -350,9 +350,14 @@ class MetricsExporter:
     def _scope(self, e: dict[str, Any]) -> None:
         """What the certificate covers, and the whole model's total (``simulator.head.scope``)."""
         scope, provenance = e.get("scope"), e.get("extractor_data")
-        if scope in SCOPES:
-            if provenance in PROVENANCES:
-                self.m["cr_scope_info"].labels(scope=scope, extractor_data=provenance).set(1)
+        if scope not in SCOPES:
+            return
+        if provenance in PROVENANCES:
+            self.m["cr_scope_info"].labels(scope=scope, extractor_data=provenance).set(1)
+        if scope == "head":  # the extractor has no guarantee: the whole model's is vacuous
+            self.m["cr_total_epsilon_spent"].set(math.inf)
+            self.m["cr_total_delta"].set(_f(e.get("delta")))
+        else:
             self.m["cr_total_epsilon_spent"].set(_f(e.get("total_epsilon_spent")))
             self.m["cr_total_delta"].set(_f(e.get("total_delta")))
 

@@ -23,7 +23,6 @@ from simulator.seeds import child_rng
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.features import head_proba, train_featurizer
 
-
 #: What a retrain from scratch retrains under ``extractor_data: public``.
 POOL_NOTE = (
     "extractor and RFF map fitted on the public pool only, which no removal touches: a "
