@@ -426,10 +426,13 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
                 6,
                 8,
-                "Epsilon spent since the last retrain and the target (holds with delta).",
+                "Epsilon spent since the last retrain and the target (holds with delta), and "
+                "the whole model's total: the head's plus the extractor's (equal under "
+                "extractor_data public; +Inf under private, where only the head is certified).",
                 [
                     ("unlearn_cr_epsilon_spent", "spent", "none"),
                     ("unlearn_cr_epsilon_target", "target", "none"),
+                    ("unlearn_cr_total_epsilon_spent", "whole model (total)", "none"),
                 ],
                 {},
             ),
@@ -456,16 +459,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 {},
             ),
             (
-                "Accounting and delta",
+                "Accounting, delta and scope",
                 "stat",
                 6,
                 8,
                 "What the certificate charges: anchored (the tight bound since the last exact "
                 "gradient, the default), guo (Guo et al.'s data-dependent bound, summed), worst, "
-                "or exact; and the delta it holds with.",
+                "or exact; the delta it holds with; and what it covers: scope head (the "
+                "extractor was trained on the clients' rows) or whole_model (extractor_data "
+                "public: nothing before the head read a client's row), with the whole model's "
+                "delta.",
                 [
                     ("unlearn_cr_accounting_info == 1", "{{accounting}}", "none"),
                     ("unlearn_cr_delta", "delta", "sci"),
+                    ("unlearn_cr_scope_info == 1", "scope {{scope}} ({{extractor_data}})", "none"),
+                    ("unlearn_cr_total_delta", "whole-model delta", "sci"),
                 ],
                 {},
             ),
@@ -660,7 +668,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
 #: Value texts of stat targets: panel title -> refId -> value -> text.
 VALUE_TEXTS = {
     "Run": {"A": {"1": "this run"}, "C": {"0": "running", "1": "finished"}},
-    "Accounting and delta": {"A": {"1": "in use"}},
+    "Accounting, delta and scope": {"A": {"1": "in use"}, "C": {"1": "certified"}},
 }
 
 ANNOTATIONS = [

@@ -7,6 +7,7 @@ documented name is exported (the tests read only files of this repository).
 from __future__ import annotations
 
 import json
+import math
 import re
 import urllib.error
 import urllib.request
@@ -56,6 +57,8 @@ ALLOWED = {
     "stream": {"accuracy", "forget_loss", "mia_auc"},
     "bound": {"worst", "data", "tight", "exact"},
     "accounting": {"anchored", "guo", "worst", "exact"},
+    "scope": {"head", "whole_model"},
+    "extractor_data": {"private", "public", "dp"},
     "class": {str(c) for c in range(100)} | {"other"},
     "stage": {"setup", "utility", "mia", "drift", "lira_references", "reference"},
     "method": {"decoremoval", "cr", "retrain_head"},
@@ -150,6 +153,10 @@ def test_scraped_values_equal_the_run(scraped: tuple[dict[str, Any], list[Any], 
     assert get("unlearn_retained_samples") == final["retained"]
     assert get("unlearn_retrains_total", reason="budget") == final["retrains_budget"]
     assert get("unlearn_cr_epsilon_target") == 1.0 and get("unlearn_cr_delta") == 1e-4
+    # the quickstart's extractor is trained on the clients' rows: the head only, no total
+    assert final["scope"] == "head"
+    assert get("unlearn_cr_scope_info", scope="head", extractor_data="private") == 1.0
+    assert get("unlearn_cr_total_epsilon_spent") == math.inf
     last = batches[-1]
     assert get("unlearn_cr_budget_used_ratio") == pytest.approx(last["budget_used_ratio"])
     assert get("unlearn_cr_residual", bound="exact") == pytest.approx(last["residual_exact"])

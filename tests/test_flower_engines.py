@@ -72,6 +72,11 @@ def assert_same_run(reference: Path, out: Path) -> None:
     for x, y in zip(ra, rb, strict=True):
         assert y["residual"] == pytest.approx(x["residual"], rel=1e-9, abs=1e-15)
         assert y["epsilon_spent"] == pytest.approx(x["epsilon_spent"], rel=1e-9, abs=1e-15)
+        assert y["scope"] == x["scope"]  # what the certificate covers, and its total
+        if x["total_epsilon_spent"] is None:
+            assert y["total_epsilon_spent"] is None
+        else:
+            assert y["total_epsilon_spent"] == pytest.approx(x["total_epsilon_spent"], rel=1e-9)
     ca = json.loads((reference / "clients.json").read_text())["clients"]
     cb = json.loads((out / "clients.json").read_text())["clients"]
     for c, report in cb.items():
@@ -131,15 +136,25 @@ def wait_for_event(path: Path, kind: str, proc: subprocess.Popen[bytes], limit: 
     raise AssertionError(f"no {kind} event within {limit:g} s")
 
 
-def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("provenance", ["private", "public"])
+def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path, provenance: str) -> None:
+    """Both extractor provenances: under public the server trains the extractor on its pool
+    and the ClientApps fit their head statistics on features of the same encoder."""
     pytest.importorskip("ray", reason="the simulation engine needs flwr[simulation] (Ray)")
-    reference = inprocess(tmp_path / "inprocess", [])
+    chosen = [f"model.extractor_data={provenance}"]
+    reference = inprocess(tmp_path / "inprocess", chosen)
     out = tmp_path / "sim"
-    done = subprocess.run(cli(out, "flower-sim"), capture_output=True, text=True, timeout=420)
+    done = subprocess.run(
+        cli(out, "flower-sim", *sets(chosen)), capture_output=True, text=True, timeout=420
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for notice in ("DEPRECATED FEATURE", "FutureWarning"):  # no clutter (issue 29)
         assert notice not in done.stderr + done.stdout, notice
     assert_same_run(reference, out)
+    scope = {"private": "head", "public": "whole_model"}[provenance]
+    assert {r["scope"] for r in records(out / "receipts.jsonl") if r["status"] == "applied"} == {
+        scope
+    }
     assert json.loads((out / "clients.json").read_text())["transport"] == "flower-sim"
 
 

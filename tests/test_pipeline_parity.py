@@ -50,14 +50,34 @@ def names(values: dict[str, float]) -> set[str]:
     return {k.split("{", 1)[0] for k in values}
 
 
-def receipts(folder: Path) -> list[tuple[str, str, int, str | None]]:
+def receipts(folder: Path) -> list[tuple[str, str, int, str | None, str | None]]:
     rows = [json.loads(x) for x in (folder / "receipts.jsonl").read_text().splitlines()]
-    return [(r["request_id"], r["status"], r["model_version"], r["reason"]) for r in rows]
+    return [
+        (r["request_id"], r["status"], r["model_version"], r["reason"], r["scope"]) for r in rows
+    ]
+
+
+def assert_scope(folder: Path, provenance: str) -> None:
+    """Every applied receipt states the certificate's scope and the whole model's total."""
+    rows = [json.loads(x) for x in (folder / "receipts.jsonl").read_text().splitlines()]
+    applied = [r for r in rows if r["status"] == "applied"]
+    assert applied
+    for r in applied:
+        if provenance == "public":
+            assert r["scope"] == "whole_model"
+            assert (r["total_epsilon_spent"], r["total_delta"]) == (r["epsilon_spent"], r["delta"])
+        else:
+            assert r["scope"] == "head" and r["total_epsilon_spent"] is None
+    end = json.loads((folder / "metrics.json").read_text())
+    assert end["scope"] == applied[0]["scope"] and end["extractor_data"] == provenance
+    summary = (folder / "summary.md").read_text()
+    assert f"scope: {applied[0]['scope']} (extractor_data {provenance})" in summary
 
 
 @pytest.mark.integration
-def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
-    sc = scenario(PARITY)
+@pytest.mark.parametrize("provenance", ["private", "public"])
+def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) -> None:
+    sc = scenario(PARITY, f"model.extractor_data={provenance}")
     ours, theirs = Exporter(), Exporter()
     run_scenario(
         sc,
@@ -80,6 +100,8 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
     for name in FILES:  # one output contract
         assert (a / name).exists() and (b / name).exists(), name
     assert receipts(a) == receipts(b)
+    assert_scope(a, provenance)
+    assert_scope(b, provenance)
     np.testing.assert_array_equal(np.load(a / "head.npz")["W"], np.load(b / "head.npz")["W"])
     end_a = json.loads((a / "metrics.json").read_text())
     end_b = json.loads((b / "metrics.json").read_text())
@@ -101,6 +123,17 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path) -> None:
 
     va, vb = samples(ours), samples(theirs)
     assert names(va) <= names(vb)  # Kafka adds its own counters, never fewer
+    scope = "whole_model" if provenance == "public" else "head"
+    for v in (va, vb):  # the scope on the scrape, both paths
+        info = {k: x for k, x in v.items() if k.startswith("unlearn_cr_scope_info{")}
+        assert info == {
+            f'unlearn_cr_scope_info{{extractor_data="{provenance}",scope="{scope}"}}': 1
+        }
+        total = v["unlearn_cr_total_epsilon_spent"]
+        if provenance == "public":
+            assert total == v["unlearn_cr_epsilon_spent"] > 0
+        else:
+            assert total == float("inf")
     for key in ("unlearn_mia_auc_ratio", "unlearn_model_accuracy_ratio", "unlearn_feature_mmd2"):
         found = {k: v for k, v in vb.items() if k.startswith(key + "{")}
         assert found and all(v != 0 for v in found.values()), key

@@ -59,6 +59,7 @@ def totals(fed: Federation, state: ConsumerState) -> dict[str, Any]:
         "retrains": head.retrains,
         "epsilon_spent": head.epsilon_spent,
         "delta": head.config.delta,
+        **fed.scope_fields(head.epsilon_spent),
         "accounting": head.config.accounting,
         "budget_used_ratio": head.cumulative_residual / head.budget,
         "retained": fed.head_data.retained_count,

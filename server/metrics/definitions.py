@@ -184,6 +184,21 @@ METRICS: tuple[MetricDef, ...] = (
         cr_delta="Delta of the certificate (one delta for the whole stacked head).",
     ),
     _g(
+        "cr_scope_info",
+        "1 for what the certificate covers: scope head (extractor_data private: the extractor "
+        "saw the clients' rows) or whole_model (public: nothing before the head did).",
+        "scope",
+        "extractor_data",
+    ),
+    *_gauges(
+        (),
+        cr_total_epsilon_spent="Epsilon of the whole model: cr_epsilon_spent plus the "
+        "extractor's (0 for a public extractor); +Inf under scope head (the extractor has no "
+        "guarantee, so the whole model has none).",
+        cr_total_delta="Delta of the whole model's certificate (the head's under scope head, "
+        "where the +Inf epsilon makes it vacuous).",
+    ),
+    _g(
         "cr_accounting_info",
         "1 for the accounting mode in use (anchored, guo, worst or exact).",
         "accounting",

@@ -32,6 +32,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from server.health import Health, process_age
 from server.metrics.definitions import build_registry
 from simulator.head import ACCOUNTING_MODES
+from simulator.head.scope import PROVENANCES, SCOPES
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
@@ -206,6 +207,7 @@ class MetricsExporter:
         seconds = event.get("process_seconds") or event.get("startup_seconds")
         self.m["stream_startup_seconds"].set(_f(seconds))
         self.m["stream_held_requests"].set(_f(event.get("held", 0)))
+        self._scope(event)
 
     def _offset_gap(self, event: dict[str, Any]) -> None:
         """The consumer found a checkpointed offset the log no longer supports."""
@@ -249,6 +251,7 @@ class MetricsExporter:
         m["cr_residual_budget"].set(_f(e.get("budget")))
         m["cr_residual_cumulative"].set(_f(e.get("training_residual")))
         self._accounting(e.get("accounting"))
+        self._scope(e)
         self._weights(e.get("decorrelation_weights") or {})
         if isinstance(e.get("budget"), int | float) and e["budget"] > 0:
             m["cr_budget_used_ratio"].set(_f(e.get("training_residual")) / e["budget"])
@@ -344,6 +347,20 @@ class MetricsExporter:
             ).inc()
 
     # ------------------------------------------------------------------ sections
+    def _scope(self, e: dict[str, Any]) -> None:
+        """What the certificate covers, and the whole model's total (``simulator.head.scope``)."""
+        scope, provenance = e.get("scope"), e.get("extractor_data")
+        if scope not in SCOPES:
+            return
+        if provenance in PROVENANCES:
+            self.m["cr_scope_info"].labels(scope=scope, extractor_data=provenance).set(1)
+        if scope == "head":  # the extractor has no guarantee: the whole model's is vacuous
+            self.m["cr_total_epsilon_spent"].set(math.inf)
+            self.m["cr_total_delta"].set(_f(e.get("delta")))
+        else:
+            self.m["cr_total_epsilon_spent"].set(_f(e.get("total_epsilon_spent")))
+            self.m["cr_total_delta"].set(_f(e.get("total_delta")))
+
     def _accounting(self, accounting: Any) -> None:
         if accounting in ACCOUNTING_MODES:
             for mode in ACCOUNTING_MODES:
@@ -378,6 +395,7 @@ class MetricsExporter:
         m["cr_epsilon_spent"].set(_f(c.get("epsilon_spent")))
         m["cr_epsilon_target"].set(_f(c.get("epsilon_target")))
         m["cr_delta"].set(_f(c.get("delta")))
+        self._scope(c)
 
     def _utility(self, metrics: dict[str, Any]) -> None:
         for key, value in metrics.items():

@@ -16,6 +16,12 @@ the same rows, the same test and OOD splits and the same deletion stream:
   :func:`simulator.stream.batches` and validated as ``unlearnsim run`` validates them
   (:func:`simulator.runner.requests.expand`).
 
+Under ``model.extractor_data: public`` the public pool is held out of the methods' sample ids
+and handed to them as the training set's ``extractor_pool`` (:func:`training_set`): the
+extractor and the RFF bandwidth of every head-based method, the retrain baseline included, are
+fitted on it alone, as ``unlearnsim run`` fits them (the encoder's statistics come from it
+too: :func:`simulator.runner.federation.load_dataset`).
+
 Unlike the runner, the comparison trains centrally (no federation): the extractor's FedAvg
 budget of ``rounds x local_epochs`` passes becomes as many central epochs. A batch that crosses
 a checkpoint is cut there, so every method is evaluated after exactly that many removals; the
@@ -174,12 +180,11 @@ def build_workload(
     notes = []
     if public.size:
         notes.append(
-            "extractor_data 'public' is not reproduced: the comparison trains every extractor "
-            "on all training rows (the public pool is one more SISA shard, never deleted)"
+            f"extractor_data public: {public.size} rows held out as the public pool (no client "
+            "holds one); every method with an extractor, the retrain baseline included, fits "
+            "it and the RFF map on the pool alone and its head on the clients' rows"
         )
-    train = TrainingSet(
-        ds.x_train, ds.y_train, ds.num_classes, groups=groups, vocab_size=ds.vocab_size
-    )
+    train = training_set(ds, groups, public)
     eval_sets = build_eval_sets(
         sc, ds, lambda x: np.asarray(x, dtype=np.float64), child_rng(seed, "ood")
     )
@@ -196,6 +201,8 @@ def build_workload(
         requests, sc.stream.max_batch_requests, groups, num_clients=len(shards)
     )
     wanted = sc.evaluation.checkpoints if checkpoints is None else checkpoints
+    if public.size:  # sample ids of the clients-only training set
+        batch_ids = [np.searchsorted(client_rows(ds, public), b) for b in batch_ids]
     steps, evaluate_after, missed = cut_at_checkpoints(batch_ids, wanted)
     if missed:
         total = int(sum(b.size for b in batch_ids))
@@ -210,6 +217,37 @@ def build_workload(
         settings_from_scenario(sc),
         tuple(notes),
         tuple(describe_splits(sc, splits)),
+    )
+
+
+def client_rows(ds: Dataset, public: IntArray) -> IntArray:
+    """The rows some client holds (every row outside the public pool), in increasing order."""
+    return np.setdiff1d(np.arange(ds.n_train, dtype=np.int64), public)
+
+
+def training_set(ds: Dataset, groups: IntArray, public: IntArray) -> TrainingSet:
+    """The methods' training rows; with a public pool, the clients' rows and the pool apart.
+
+    Without a pool, sample id ``i`` is the dataset's row ``i``. With one
+    (``extractor_data: public``) the sample ids are the clients' rows renumbered in order
+    (:func:`client_rows`) and the pool is the set's ``extractor_pool``: never a sample id,
+    never removed, the only rows an extractor reads.
+    """
+    if not public.size:
+        return TrainingSet(
+            ds.x_train, ds.y_train, ds.num_classes, groups=groups, vocab_size=ds.vocab_size
+        )
+    rows = client_rows(ds, public)
+    pool = TrainingSet(
+        ds.x_train[public], ds.y_train[public], ds.num_classes, vocab_size=ds.vocab_size
+    )
+    return TrainingSet(
+        ds.x_train[rows],
+        ds.y_train[rows],
+        ds.num_classes,
+        groups=groups[rows],
+        vocab_size=ds.vocab_size,
+        extractor_pool=pool,
     )
 
 

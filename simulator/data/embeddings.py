@@ -193,11 +193,14 @@ def embed_sentences(
 
 @dataclass(frozen=True)
 class EmbeddingRawEncoder:
-    """RawEncoder: each split's sentences embedded (and cached) independently."""
+    """RawEncoder: each split's sentences embedded (and cached) independently.
+
+    The sentence encoder is pretrained and fits nothing on the rows (``fit`` is unused).
+    """
 
     cache_dir: str | None = None
 
-    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
+    def __call__(self, train: Any, test: Any, ood: Any | None, *, fit: Any = None) -> FeatureSet:
         """Embed the three splits."""
 
         def embed(rows: Any) -> NDArray[np.float32]:

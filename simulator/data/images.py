@@ -48,8 +48,8 @@ class PixelScaler:
 
     scale: float
 
-    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
-        """Scale the three splits."""
+    def __call__(self, train: Any, test: Any, ood: Any | None, *, fit: Any = None) -> FeatureSet:
+        """Scale the three splits (a fixed scale: ``fit`` is unused)."""
         return FeatureSet(
             self._scale(train), self._scale(test), None if ood is None else self._scale(ood)
         )

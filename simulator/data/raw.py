@@ -36,11 +36,15 @@ class LoadRequest:
         Drives the split, the subsamples and the synthetic draw.
     cache_dir : str or None
         Embedding cache root of the text sources (None: ``~/.cache/unlearnsim``).
+    fit_rows : callable or None
+        Given the number of selected training rows, the ones an encoder may fit its statistics
+        on (a public pool: ``model.extractor_data: public``); None: every training row.
     """
 
     spec: DataSpec
     rng: np.random.Generator
     cache_dir: str | None = None
+    fit_rows: Callable[[int], IntArray] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,13 @@ class FeatureSet:
 
 
 class RawEncoder(Protocol):
-    """Turns selected raw rows into arrays; fitted on the training rows only."""
+    """Turns selected raw rows into arrays; fitted on training rows only.
 
-    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
+    ``fit`` (a subset of ``train``: the public pool) is what an encoder that fits statistics
+    (a vocabulary, column means) fits them on; None: all of ``train``.
+    """
+
+    def __call__(self, train: Any, test: Any, ood: Any | None, *, fit: Any = None) -> FeatureSet:
         """Featurise the selected rows of each split."""
         ...
 
@@ -187,7 +195,8 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
             x_ood, y_ood = take(x_ood, keep), y_ood[keep]
     if y_ood is not None and len(y_ood) == 0:
         x_ood, y_ood = None, None
-    features = _featurise(raw, x_train, x_test, x_ood)
+    fit = None if request.fit_rows is None else take(x_train, request.fit_rows(len(y_train)))
+    features = _featurise(raw, x_train, x_test, x_ood, fit)
     return Dataset(
         name=raw.name,
         x_train=features.x_train,
@@ -205,9 +214,9 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
     )
 
 
-def _featurise(raw: RawSource, train: Any, test: Any, ood: Any | None) -> FeatureSet:
+def _featurise(raw: RawSource, train: Any, test: Any, ood: Any | None, fit: Any) -> FeatureSet:
     if raw.encoder is not None:
-        return raw.encoder(train, test, ood)
+        return raw.encoder(train, test, ood, fit=fit)
 
     def as_float(x: Any) -> NDArray[np.float32]:
         return np.ascontiguousarray(x, dtype=np.float32)

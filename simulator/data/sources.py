@@ -39,6 +39,7 @@ from simulator.data.images import (
 )
 from simulator.data.public_tables import read_adult, read_gss_happiness
 from simulator.data.raw import LoadRequest, RawSource, assemble, require_path
+from simulator.data.selection import IntArray
 from simulator.data.synthetic import make_synthetic
 from simulator.data.tabular import read_csv_table, table_source
 from simulator.data.text import read_rotten_tomatoes, read_sst2, text_source
@@ -107,7 +108,11 @@ def known_sources() -> tuple[str, ...]:
 
 
 def load_source(
-    spec: DataSpec, *, rng: np.random.Generator, cache_dir: str | None = None
+    spec: DataSpec,
+    *,
+    rng: np.random.Generator,
+    cache_dir: str | None = None,
+    fit_rows: Callable[[int], IntArray] | None = None,
 ) -> Dataset:
     """Load the source a ``data`` section names as a :class:`Dataset`.
 
@@ -128,6 +133,10 @@ def load_source(
         gives the same dataset.
     cache_dir : str, optional
         Embedding cache root (default ``~/.cache/unlearnsim``).
+    fit_rows : callable, optional
+        ``fit_rows(n)``: which of the ``n`` selected training rows an encoder fits its
+        statistics on (standardisation, one-hot categories, a vocabulary); default all of
+        them. A public extractor passes its pool, so nothing fitted reads a client's row.
 
     Returns
     -------
@@ -143,5 +152,5 @@ def load_source(
     InputError
         A user file is malformed.
     """
-    request = LoadRequest(spec, rng, cache_dir)
+    request = LoadRequest(spec, rng, cache_dir, fit_rows)
     return assemble(LOADERS[spec.source](request), request)

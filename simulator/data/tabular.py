@@ -116,11 +116,11 @@ def fit_table_encoder(train: Any) -> TableEncoder:
 
 @dataclass(frozen=True)
 class TableRawEncoder:
-    """RawEncoder fitting a :class:`TableEncoder` on the selected training rows."""
+    """RawEncoder fitting a :class:`TableEncoder` on the selected training rows (or ``fit``)."""
 
-    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
-        """Encode the three splits with the encoder fitted on ``train``."""
-        encoder = fit_table_encoder(train)
+    def __call__(self, train: Any, test: Any, ood: Any | None, *, fit: Any = None) -> FeatureSet:
+        """Encode the three splits with the encoder fitted on ``fit`` (default ``train``)."""
+        encoder = fit_table_encoder(train if fit is None else fit)
         if not encoder.feature_names:
             raise InputError("the table has no feature columns besides the label")
         return FeatureSet(

@@ -72,9 +72,9 @@ class TokenRawEncoder:
     max_len: int
     vocab_size: int
 
-    def __call__(self, train: Any, test: Any, ood: Any | None) -> FeatureSet:
-        """Encode the three splits with the training vocabulary."""
-        vocab = build_vocabulary(list(train), self.vocab_size)
+    def __call__(self, train: Any, test: Any, ood: Any | None, *, fit: Any = None) -> FeatureSet:
+        """Encode the three splits with the vocabulary of ``fit`` (default ``train``)."""
+        vocab = build_vocabulary(list(train if fit is None else fit), self.vocab_size)
         return FeatureSet(
             x_train=vocab.encode(list(train), self.max_len),
             x_test=vocab.encode(list(test), self.max_len),

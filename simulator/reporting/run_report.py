@@ -38,7 +38,7 @@ from simulator.reporting.plot_marks import (
     save_figure,
     stream_marks,
 )
-from simulator.reporting.verdict import Table, Verdict, phase_table
+from simulator.reporting.verdict import Table, Verdict, phase_table, scope_line
 from simulator.stream import DeletionReceipt
 
 #: Every file the recorder writes (deleted before a fresh run writes a folder again).
@@ -159,6 +159,7 @@ def summary_rows(
             "extractor certified",
             "yes" if end["extractor_certified"] else "no (trained on private data)",
         ),
+        ("certificate scope", scope_line(end).removeprefix("scope: ")),
     ]
     for split in ("test", "ood", "retain", "forget"):
         key = f"accuracy_{split}"

@@ -7,7 +7,9 @@ exact residual against a retrain from scratch within the budget at every referen
 where it was measured (``residual_against_cold_fit``). Then under which accounting, the largest
 single charge and what caused it (batch, phase, the withdrawal of client c or the requests and
 samples of the batch), the retrains by reason, and the guarantee ``(epsilon, delta)`` with what
-it covers (the head only, or the extractor too when it was trained on public data).
+it covers (the head only, or the extractor too when it was trained on public data), with the
+certificate's scope (``head`` or ``whole_model``) and the whole model's total epsilon next to
+the head's (:func:`scope_line`).
 
 :func:`phase_table` is one row per stream phase: batches, requests, samples removed, the charge
 (sum of the kept steps' charges, as a share of the budget; above 100% when retrains
@@ -90,6 +92,31 @@ def _charged(b: dict[str, Any]) -> float | None:
     return float(v)
 
 
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
+
+
+def scope_line(end: dict[str, Any]) -> str:
+    """The verdict's scope line: what the certificate covers, and the total next to the head's.
+
+    ``scope: whole_model ...`` with the whole model's (epsilon, delta), or ``scope: head ...``
+    (``simulator.head.scope``).
+    """
+    scope = end.get("scope") or ("whole_model" if end.get("extractor_certified") else "head")
+    provenance = end.get("extractor_data") or ("public" if scope == "whole_model" else "private")
+    head = f"head epsilon spent {_num(end.get('epsilon_spent'))}, delta {_num(end.get('delta'))}"
+    if scope == "whole_model":
+        return (
+            f"scope: whole_model (extractor_data {provenance}); total epsilon spent "
+            f"{_num(end.get('total_epsilon_spent'))}, delta {_num(end.get('total_delta'))} "
+            f"({head})"
+        )
+    return (
+        f"scope: head (extractor_data {provenance}); whole model: not certified, no total "
+        f"epsilon ({head})"
+    )
+
+
 def certificate_verdict(
     start: dict[str, Any], batches: list[dict[str, Any]], end: dict[str, Any]
 ) -> Verdict:
@@ -101,6 +128,7 @@ def certificate_verdict(
         if end.get("extractor_certified")
         else "the linear head only (the extractor was trained on private data: not certified)"
     )
+    scope = scope_line(end)
     removing = [b for b in batches if b.get("samples")]
     reasons = Counter(str(b.get("retrain_reason")) for b in removing if b.get("retrained"))
     if removing and reasons.get("method", 0) == len(removing):
@@ -108,6 +136,7 @@ def certificate_verdict(
             f"every batch retrained the head from scratch ({end.get('method')}): exact "
             f"unlearning of the head, no certified step to charge ({len(removing)} retrains)",
             f"covers {covers}",
+            scope,
         ]
         return Verdict(True, "Certificate: exact (head retrained per batch)", lines)
 
@@ -127,6 +156,7 @@ def certificate_verdict(
         f"guarantee: ({eps}, {delta:g})-certified removal, covering {covers}"
         if isinstance(delta, int | float)
         else f"guarantee: epsilon {eps}, covering {covers}",
+        scope,
         f"accounting: {accounting} ({ACCOUNTING_NOTES.get(accounting, '?')})",
     ]
     if over:

@@ -58,7 +58,15 @@ def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any
             "exact": report.residual_exact,
         },
     )
-    return {**asdict(status), "retrains": fed.head.retrains}
+    scope = fed.certificate_scope(status.epsilon_spent)
+    return {
+        **asdict(status),
+        "retrains": fed.head.retrains,
+        "scope": scope.scope,
+        "extractor_data": scope.extractor_data,
+        "total_epsilon_spent": scope.total_epsilon,
+        "total_delta": scope.total_delta,
+    }
 
 
 def weight_reports(fed: Federation, clients: Sequence[int]) -> dict[str, dict[str, float]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
@@ -14,6 +15,7 @@ from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
+from simulator.head.scope import CertificateScope, certificate_scope
 from simulator.models import resolve_device
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
@@ -147,6 +149,34 @@ class Federation:
         """Only an extractor trained on never-deleted public data keeps the certificate."""
         return self.scenario.model.certified_extractor
 
+    def certificate_scope(self, head_epsilon: float, *, rows: int = 1) -> CertificateScope:
+        """What a head certificate of ``head_epsilon`` covers, and the whole model's total.
+
+        ``rows``: the request's rows (a DP extractor's group epsilon grows with them).
+        """
+        return certificate_scope(
+            self.scenario.model.extractor_data,
+            head_epsilon,
+            self.scenario.head.delta,
+            rows=rows,
+        )
+
+    def scope_fields(self, head_epsilon: float) -> dict[str, Any]:
+        """An event's scope keys (the totals None under scope ``head``).
+
+        ``scope``, ``extractor_data``, ``total_epsilon_spent``, ``total_epsilon_target`` and
+        ``total_delta``.
+        """
+        spent = self.certificate_scope(head_epsilon)
+        target = self.certificate_scope(self.scenario.head.epsilon)
+        return {
+            "scope": spent.scope,
+            "extractor_data": spent.extractor_data,
+            "total_epsilon_spent": spent.total_epsilon,
+            "total_epsilon_target": target.total_epsilon,
+            "total_delta": spent.total_delta,
+        }
+
     # ------------------------------------------------------------- save/load
     def state_dict(self) -> dict[str, Any]:
         """The mutable state as plain data: the head, every live client, the excluded ones.
@@ -212,9 +242,50 @@ class Stateful(Protocol):
         ...
 
 
+def public_pool(scenario: Scenario, n: int) -> IntArray:
+    """The public pool among ``n`` training rows (empty unless ``extractor_data: public``).
+
+    A seeded ``model.public_fraction`` share of the rows, drawn before any client gets a row:
+    the extractor, the RFF bandwidth and the encoder's statistics are fitted on it alone, and
+    no client ever holds one of its rows (:func:`check_public_pool`).
+    """
+    if scenario.model.extractor_data != "public":
+        return np.zeros(0, dtype=np.int64)
+    rng = child_rng(scenario.seed, "public")
+    k = round(scenario.model.public_fraction * n)
+    return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+
+
+def check_public_pool(public: IntArray, shards: list[IntArray]) -> None:
+    """Refuse a public pool that shares a row with a client (the certificate would not cover it).
+
+    Raises
+    ------
+    ConfigError
+        Some client holds a row of the pool; the message names the client and the rows.
+    """
+    if public.size == 0:
+        return
+    for client, rows in enumerate(shards):
+        shared = np.intersect1d(public, rows)
+        if shared.size:
+            raise ConfigError(
+                f"the public pool shares {shared.size} row(s) with client {client} (e.g. row "
+                f"{int(shared[0])}): an extractor fitted on it would have read that client's "
+                "data, so the certificate could not cover the whole model",
+                "model.extractor_data",
+            )
+
+
 def load_dataset(scenario: Scenario) -> Dataset:
-    """Load the scenario's source and check class ids against it."""
-    ds = load_source(scenario.data, rng=child_rng(scenario.seed, "data"))
+    """Load the scenario's source and check class ids against it.
+
+    Under ``extractor_data: public`` the source's encoder (standardisation, one-hot
+    categories, vocabulary) is fitted on the public pool's rows only (:func:`public_pool`).
+    """
+    public = scenario.model.extractor_data == "public"
+    fit_rows = partial(public_pool, scenario) if public else None
+    ds = load_source(scenario.data, rng=child_rng(scenario.seed, "data"), fit_rows=fit_rows)
     scenario.check_against(None if scenario.data.classes is not None else ds.num_classes)
     return ds
 
@@ -222,13 +293,8 @@ def load_dataset(scenario: Scenario) -> Dataset:
 def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntArray]:
     """Client shards (global row ids) and, for a public extractor, the public pool."""
     n = ds.y_train.shape[0]
-    ids = np.arange(n, dtype=np.int64)
-    public = np.zeros(0, dtype=np.int64)
-    if scenario.model.extractor_data == "public":
-        rng = child_rng(scenario.seed, "public")
-        k = round(scenario.model.public_fraction * n)
-        public = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
-        ids = np.setdiff1d(ids, public)
+    public = public_pool(scenario, n)
+    ids = np.setdiff1d(np.arange(n, dtype=np.int64), public)
     spec = scenario.partition
     flat = ds.x_train[ids].reshape(len(ids), -1) if spec.kind == "covariate" else None
     parts = partition(
@@ -237,7 +303,9 @@ def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntA
         rng=child_rng(scenario.seed, "partition"),
         features=None if flat is None else np.asarray(flat, dtype=np.float64),
     )
-    return [ids[part] for part in parts], public
+    shards = [ids[part] for part in parts]
+    check_public_pool(public, shards)
+    return shards, public
 
 
 def deletion_stream(

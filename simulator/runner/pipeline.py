@@ -383,6 +383,7 @@ def receipt(
 ) -> DeletionReceipt:
     """The receipt of one validated request: rejected with ``reason``, or applied."""
     head = fed.head
+    scope = None if reason else fed.certificate_scope(head.epsilon_spent, rows=request_rows(req))
     return DeletionReceipt(
         request_id=req.request_id,
         status="rejected" if reason else "applied",
@@ -392,8 +393,16 @@ def receipt(
         epsilon_spent=None if reason else head.epsilon_spent,
         accounting=None if reason else head.config.accounting,
         delta=None if reason else head.config.delta,
+        scope=None if scope is None else scope.scope,
+        total_epsilon_spent=None if scope is None else scope.total_epsilon,
+        total_delta=None if scope is None else scope.total_delta,
         applied_at=applied_at,
     )
+
+
+def request_rows(req: DeletionRequest) -> int:
+    """Rows a request names (1 for a withdrawal: a client-level guarantee counts it once)."""
+    return len(req.sample_ids) if req.sample_ids is not None else 1
 
 
 def _event(

@@ -219,6 +219,7 @@ def start_event(fed: Federation) -> dict[str, Any]:
         "feature_dim": int(fed.train_features.shape[1]),
         "extractor_round_losses": list(fed.featurizer.round_losses),
         "extractor_certified": fed.extractor_certified,
+        **fed.scope_fields(head.epsilon_spent),
         "head_newton_iterations": head.last_fit_iterations,
         "training_residual": head.cumulative_residual,
         "budget": head.budget,
@@ -258,6 +259,7 @@ def end_event(fed: Federation, run: RunState, wall: float) -> dict[str, Any]:
         "model_version": head.model_version,
         "excluded_clients": {str(c): r for c, r in sorted(fed.excluded.items())},
         "extractor_certified": fed.extractor_certified,
+        **fed.scope_fields(head.epsilon_spent),
         "decorrelation_weights": {
             str(c): cl.last_weights.to_flat() for c, cl in fed.clients.items() if cl.last_weights
         },

@@ -54,8 +54,9 @@ class ModelSpec(Section):
     lr: PositiveScale = Field(default=1e-3, description="Extractor learning rate.")
     extractor_data: Literal["private", "public"] = Field(
         default="private",
-        description="public: extractor trained on a held-out pool never deleted from; "
-        "private: trained on the clients' data (the run is NOT certified for the extractor).",
+        description="public: the extractor, the RFF bandwidth and the encoder's statistics "
+        "come only from a held-out pool no client holds (certificate scope whole_model); "
+        "private: trained on the clients' data (scope head: NOT certified for the extractor).",
     )
     public_fraction: float = Field(
         default=0.2,

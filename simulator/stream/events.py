@@ -121,6 +121,20 @@ class DeletionReceipt(_Event):
     delta: float | None = Field(
         default=None, gt=0, lt=1, description="The delta epsilon_spent holds with."
     )
+    scope: Literal["head", "whole_model"] | None = Field(
+        default=None,
+        description="What the certificate covers: the linear head only (extractor_data "
+        "private) or the whole model (public: nothing before the head saw a client's row).",
+    )
+    total_epsilon_spent: float | None = Field(
+        default=None,
+        ge=0,
+        description="Epsilon of the whole model: epsilon_spent plus the extractor's group "
+        "epsilon for the request's rows (0 for a public extractor); null under scope head.",
+    )
+    total_delta: float | None = Field(
+        default=None, gt=0, lt=1, description="The delta total_epsilon_spent holds with."
+    )
     applied_at: AwareDatetime = Field(description="When the outcome was decided.")
 
     @model_validator(mode="after")

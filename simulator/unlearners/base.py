@@ -57,6 +57,10 @@ class TrainingSet:
     groups : (n,) owner of each row (the federation's client), or None. SISA uses the
         groups as its shards (Bourtoule et al. 2021: in a federation, clients are shards).
     vocab_size : token vocabulary (token inputs only).
+    extractor_pool : rows that share no row with any client (``extractor_data: public``), or
+        None. A method with an extractor (``uses_extractor_pool``) fits it and everything
+        before its head (the RFF bandwidth) on these rows alone; they are no sample ids: never
+        removed, never in a head.
 
     The arrays are copied on construction; unlearners share them (and state dicts reference
     them) without copying again, so treat them as read-only.
@@ -67,6 +71,7 @@ class TrainingSet:
     num_classes: int
     groups: IntArray | None = None
     vocab_size: int | None = None
+    extractor_pool: TrainingSet | None = None
 
     def __post_init__(self) -> None:
         x, y = np.asarray(self.x), np.asarray(self.y)
@@ -85,6 +90,14 @@ class TrainingSet:
             if g.shape != y.shape or not np.issubdtype(g.dtype, np.integer) or np.any(g < 0):
                 raise InputError("groups must be one non-negative integer per row")
             object.__setattr__(self, "groups", _copy(g, np.int64))
+        pool = self.extractor_pool
+        if pool is not None and (
+            pool.num_classes != self.num_classes or pool.x.shape[1:] != x.shape[1:]
+        ):
+            raise InputError(
+                f"the extractor pool's rows {pool.x.shape[1:]} and classes {pool.num_classes} "
+                f"should be the training set's {x.shape[1:]} and {self.num_classes}"
+            )
 
     @property
     def n(self) -> int:
@@ -230,6 +243,13 @@ class NoConfig:
     """Options of a method that has none besides :class:`ModelConfig`."""
 
 
+#: The note of a method without a separate extractor when the training set has a public pool.
+POOL_UNUSED_NOTE = (
+    "extractor_data public: this method has no separate extractor; it trains its whole "
+    "network on the clients' rows and leaves the public pool unused"
+)
+
+
 class BaseUnlearner(ABC, Generic[OptionsT]):
     """Id bookkeeping, timing and state round-trips shared by every method.
 
@@ -242,6 +262,8 @@ class BaseUnlearner(ABC, Generic[OptionsT]):
     name: ClassVar[str] = ""
     guarantee: ClassVar[str] = ""
     options_type: ClassVar[type[Any]] = NoConfig
+    #: Whether the method fits its extractor on ``TrainingSet.extractor_pool`` when one is given.
+    uses_extractor_pool: ClassVar[bool] = False
 
     def __init__(self, settings: ModelConfig | None = None, options: OptionsT | None = None):
         self.settings = settings if settings is not None else ModelConfig()
@@ -278,7 +300,10 @@ class BaseUnlearner(ABC, Generic[OptionsT]):
         self._active = np.ones(train.n, dtype=bool)
         state, report = self._fit(train, int(seed))
         self._state = state
-        return FitReport(time.perf_counter() - started, report.info, report.notes)
+        notes = report.notes
+        if train.extractor_pool is not None and not self.uses_extractor_pool:
+            notes = (*notes, POOL_UNUSED_NOTE)
+        return FitReport(time.perf_counter() - started, report.info, notes)
 
     def remove(self, ids: Ids) -> RemovalOutcome:
         """Forget a batch of sample ids (see the module docstring for the checks)."""

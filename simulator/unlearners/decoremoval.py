@@ -47,7 +47,12 @@ from simulator.models import ExtractorWithHead, extract_features
 from simulator.seeds import child_seed
 from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 from simulator.unlearners.features import EpochWeights
-from simulator.unlearners.headbased import EXTRACTOR_NOTE, CertifiedHeadUnlearner, SampleWeights
+from simulator.unlearners.headbased import (
+    EXTRACTOR_NOTE,
+    PUBLIC_EXTRACTOR_NOTE,
+    CertifiedHeadUnlearner,
+    SampleWeights,
+)
 from simulator.unlearners.networks import device_of
 
 Mode = Literal["head", "extractor"]
@@ -109,7 +114,9 @@ class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalConfig]):
             config = dataclasses.replace(config, objective=self.options.objective)
         return config
 
-    def _extractor_notes(self) -> tuple[str, ...]:
+    def _extractor_notes(self, train: TrainingSet) -> tuple[str, ...]:
+        if train.extractor_pool is not None:
+            return (PUBLIC_EXTRACTOR_NOTE,)
         if self.options.mode == "extractor":
             return (EXTRACTOR_NOTE, EXTRACTOR_MODE_NOTE)
         return (EXTRACTOR_NOTE,)

@@ -4,7 +4,8 @@
 DecoRemoval Sec. 3.2). The comparison trains the extractor centrally on the rows it is given,
 with the shared :class:`~simulator.unlearners.base.ModelConfig`; for ``cr`` and
 ``decoremoval`` those are all training rows, so deleted samples did shape the extractor: their
-certificate covers the head only, and the results say so.
+certificate covers the head only, and the results say so. A training set with an
+``extractor_pool`` (``extractor_data: public``) has the extractor fitted on the pool alone.
 """
 
 from __future__ import annotations
@@ -48,7 +49,16 @@ def train_featurizer(
     The median bandwidth heuristic (when ``settings.rff_bandwidth`` is None) is computed on the
     extractor features of ``rows``. ``epoch_weights(model, epoch)`` re-weights each epoch's
     training loss (DecoRemoval's extractor mode); None trains with the plain mean loss.
+
+    With an ``extractor_pool`` (``extractor_data: public``) the extractor and the bandwidth
+    are fitted on the pool's rows instead, whatever ``rows`` are: the featurizer then reads
+    no client row, and one trained on the pool serves every later call (a retrain included).
     """
+    pool = train.extractor_pool
+    if pool is not None:
+        return train_featurizer(
+            pool, np.arange(pool.n, dtype=np.int64), settings, seed, epoch_weights=epoch_weights
+        )
     key = (seed, settings, hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest())
     if epoch_weights is None:
         known = _FEATURIZERS.get(train, {}).get(key)

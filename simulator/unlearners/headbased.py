@@ -39,6 +39,12 @@ EXTRACTOR_NOTE = (
     "the linear head only, not the extractor"
 )
 
+#: The note of a head-only certificate's method under ``extractor_data: public``.
+PUBLIC_EXTRACTOR_NOTE = (
+    "extractor and RFF map fitted on the public pool only (no client's row): the certificate "
+    "covers the whole model"
+)
+
 
 @dataclass
 class HeadState:
@@ -60,6 +66,8 @@ class SampleWeights:
 class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
     """A certified head on frozen RFF features; subclasses choose the sample weights."""
 
+    uses_extractor_pool: ClassVar[bool] = True
+
     @abstractmethod
     def _sample_weights(self, Z: FloatArray, seed: int) -> SampleWeights:
         """Weights for the rows of ``Z`` (all training rows) and their re-weighting."""
@@ -68,16 +76,19 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         """Per-epoch weights of the extractor's loss (None: plain training, both methods)."""
         return None
 
-    def _extractor_notes(self) -> tuple[str, ...]:
+    def _extractor_notes(self, train: TrainingSet) -> tuple[str, ...]:
+        if train.extractor_pool is not None:
+            return (PUBLIC_EXTRACTOR_NOTE,)
         return (EXTRACTOR_NOTE,)
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[HeadState, FitReport]:
+        extractor_rows = train if train.extractor_pool is None else train.extractor_pool
         featurizer = train_featurizer(
             train,
             np.arange(train.n),
             self.settings,
             seed,
-            epoch_weights=self._extractor_weights(train, seed),
+            epoch_weights=self._extractor_weights(extractor_rows, seed),
         )
         Z = featurizer(train.x)
         sw = self._sample_weights(Z, seed)
@@ -86,7 +97,7 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         info = dict(sw.info)
         info["budget"] = head.budget
         info["training_residual"] = head.cumulative_residual
-        return HeadState(featurizer, head), FitReport(0.0, info, self._extractor_notes())
+        return HeadState(featurizer, head), FitReport(0.0, info, self._extractor_notes(train))
 
     def _remove(self, ids: IntArray) -> tuple[bool, dict[str, float]]:
         state: HeadState = self._state

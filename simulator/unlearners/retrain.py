@@ -23,6 +23,12 @@ from simulator.seeds import child_rng
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.features import head_proba, train_featurizer
 
+#: What a retrain from scratch retrains under ``extractor_data: public``.
+POOL_NOTE = (
+    "extractor and RFF map fitted on the public pool only, which no removal touches: a "
+    "retrain from scratch retrains the head on the retained rows, with the same extractor"
+)
+
 
 @dataclass(frozen=True)
 class RetrainConfig:
@@ -46,9 +52,11 @@ class Retrain(BaseUnlearner[RetrainConfig]):
     name: ClassVar[str] = "retrain"
     guarantee: ClassVar[str] = "exact (model depends only on retained rows)"
     options_type: ClassVar[type[RetrainConfig]] = RetrainConfig
+    uses_extractor_pool: ClassVar[bool] = True
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[RetrainState, FitReport]:
-        return self._train_on(np.arange(train.n, dtype=np.int64), seed), FitReport(0.0)
+        notes = () if train.extractor_pool is None else (POOL_NOTE,)
+        return self._train_on(np.arange(train.n, dtype=np.int64), seed), FitReport(0.0, notes=notes)
 
     def _train_on(self, rows: IntArray, seed: int) -> RetrainState:
         train, settings = self.train, self.settings

@@ -1,0 +1,123 @@
+"""What a removal certificate covers: the head alone or the whole model, and its total epsilon.
+
+The certified head is ``(epsilon_head, delta_head)``-certified (Guo et al., ICML 2020,
+Theorem 3). Everything fitted before the head (the extractor, the RFF bandwidth, the encoder's
+statistics) is covered by what the extractor's provenance (``model.extractor_data``) gives:
+
+* ``public``: fitted only on a pool that shares no row with any client, so no deleted row ever
+  reached it: the extractor's part is ``(0, 0)`` and the certificate covers the whole model
+  with the head's own ``(epsilon, delta)`` (scope ``whole_model``);
+* ``private``: fitted on the clients' rows with no guarantee at all: the extractor's part is
+  unbounded, the certificate covers the head only (scope ``head``) and there is no total;
+* ``dp`` (a later extractor trained with DP-SGD): the accountant's ``(epsilon_x, delta_x)``
+  over all rounds, passed as an :class:`ExtractorGuarantee`.
+
+The total is the basic composition of the two mechanisms (Dwork & Roth 2014, Theorem 3.16)
+with the extractor's part taken over the request's ``k`` rows by group privacy (their
+Theorem 2.2 for pure DP; for ``(epsilon, delta)``-DP the group of ``k`` rows has
+``(k epsilon, k e^((k-1) epsilon) delta)``)::
+
+    epsilon_total = epsilon_head + k * epsilon_x
+    delta_total   = delta_head   + k * exp((k - 1) * epsilon_x) * delta_x
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.errors import InputError
+
+#: What the certificate covers.
+Scope = Literal["head", "whole_model"]
+#: Every scope, in report order.
+SCOPES: tuple[Scope, ...] = ("head", "whole_model")
+#: Every extractor provenance a certificate may name (``dp``: a later DP-trained extractor).
+PROVENANCES: tuple[str, ...] = ("private", "public", "dp")
+
+
+@dataclass(frozen=True)
+class ExtractorGuarantee:
+    """The extractor's own ``(epsilon, delta)`` per row; ``epsilon`` None: no guarantee."""
+
+    epsilon: float | None
+    delta: float = 0.0
+
+
+#: The extractor never read a client's row (``extractor_data: public``).
+PUBLIC = ExtractorGuarantee(0.0, 0.0)
+#: The extractor was trained on the clients' rows without a guarantee (``private``).
+UNBOUNDED = ExtractorGuarantee(None)
+
+
+@dataclass(frozen=True)
+class CertificateScope:
+    """The scope of a certificate and the whole model's ``(epsilon, delta)`` (None: head only).
+
+    Attributes
+    ----------
+    scope : ``head`` (only the head is certified) or ``whole_model``.
+    extractor_data : the extractor's provenance (``private``, ``public``).
+    total_epsilon, total_delta : the composed guarantee of the whole model (module docstring);
+        None when the extractor has no guarantee.
+    """
+
+    scope: Scope
+    extractor_data: str
+    total_epsilon: float | None
+    total_delta: float | None
+
+
+def extractor_guarantee(extractor_data: str) -> ExtractorGuarantee:
+    """The extractor's part of a provenance with a fixed one (``public``: 0; ``private``: none).
+
+    Raises
+    ------
+    InputError
+        Any other provenance: a ``dp`` extractor's part is computed by its accountant and
+        passed to :func:`certificate_scope` as ``extractor``.
+    """
+    if extractor_data == "public":
+        return PUBLIC
+    if extractor_data == "private":
+        return UNBOUNDED
+    raise InputError(
+        f"extractor_data {extractor_data!r} has no fixed guarantee: pass the accountant's"
+    )
+
+
+def compose(
+    head_epsilon: float, head_delta: float, extractor: ExtractorGuarantee, *, rows: int = 1
+) -> tuple[float, float] | None:
+    """``(epsilon_total, delta_total)`` of the head and the extractor over ``rows`` rows.
+
+    The module docstring's composition; None when the extractor has no guarantee.
+    """
+    if rows < 1:
+        raise InputError(f"a request covers at least one row, got {rows}")
+    if extractor.epsilon is None:
+        return None
+    eps_x, delta_x = float(extractor.epsilon), float(extractor.delta)
+    group_delta = rows * math.exp((rows - 1) * eps_x) * delta_x if delta_x else 0.0
+    return head_epsilon + rows * eps_x, head_delta + group_delta
+
+
+def certificate_scope(
+    extractor_data: str,
+    head_epsilon: float,
+    head_delta: float,
+    *,
+    rows: int = 1,
+    extractor: ExtractorGuarantee | None = None,
+) -> CertificateScope:
+    """What a head certificate ``(head_epsilon, head_delta)`` covers under ``extractor_data``.
+
+    ``extractor`` overrides the provenance's fixed part (:func:`extractor_guarantee`): the hook
+    through which a DP-trained extractor's accounted epsilon enters the total.
+    """
+    part = extractor if extractor is not None else extractor_guarantee(extractor_data)
+    total = compose(head_epsilon, head_delta, part, rows=rows)
+    if total is None:
+        return CertificateScope("head", extractor_data, None, None)
+    return CertificateScope("whole_model", extractor_data, total[0], total[1])
