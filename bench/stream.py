@@ -209,6 +209,11 @@ def batch_stats(folder: Path) -> dict[str, Any]:
         "removal_seconds_mean": float(removal.mean()),
         "checkpoint_seconds_mean": float(ckpt.mean()),
         "publish_seconds_mean": float(publish.mean()),
+        # every phase the batch events time (apply, removal, checkpoint, evaluation, ...)
+        "timings_mean": {
+            key: float(np.mean([e["timings"].get(key, 0.0) for e in batches]))
+            for key in sorted({k for e in batches for k in e["timings"]})
+        },
         # per batch: requests, whether it retrained, seconds of the removal and in all
         "batch_log": [
             [int(e["requests"]), bool(e.get("retrained")), round(float(r), 3), round(float(t), 3)]
