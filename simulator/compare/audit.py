@@ -152,7 +152,8 @@ def head_from_scratch(head: CertifiedHead, features: FloatArray, rows: IntArray)
         weights = np.asarray(reweigh(rows, features[rows], labels[rows]), dtype=np.float64)
     local = LocalHeadData(features[rows], labels[rows], data.num_classes, weights=weights)
     config = head.config
-    return train_head(local, head.b, lam=config.lam, tol=config.tol).W
+    W: FloatArray = np.asarray(train_head(local, head.b, lam=config.lam, tol=config.tol).W)
+    return W
 
 
 def _targets(workload: Workload, removed: IntArray, config: AuditConfig) -> _Targets:
