@@ -64,7 +64,14 @@ def _method_json(audit: MethodAudit) -> dict[str, Any]:
 
 def audit_json(scenario: str, scores: Sequence[AuditScore], skipped: Sequence[str] = ()) -> str:
     """The text of ``audit.json`` (NaN written as null)."""
-    scores_out = [{**asdict(s), "auc": {a: _finite(v) for a, v in s.auc.items()}} for s in scores]
+    scores_out = [
+        {
+            **asdict(s),
+            "auc": {a: _finite(v) for a, v in s.auc.items()},
+            "seconds": _finite(s.seconds),
+        }
+        for s in scores
+    ]
     body = {
         "scenario": scenario,
         "models": MODEL_LABELS,
@@ -98,6 +105,7 @@ def load_audit_scores(path: Path) -> tuple[list[AuditScore], list[str]]:
                 acc_test=float(s["acc_test"]),
                 members=int(s["members"]),
                 nonmembers=int(s["nonmembers"]),
+                seconds=math.nan if s.get("seconds") is None else float(s["seconds"]),
             )
             for s in body["scores"]
         ]
@@ -144,6 +152,8 @@ def audit_markdown(scores: Sequence[AuditScore], skipped: Sequence[str] = ()) ->
     lines.append("")
     for audit in audits:
         lines.append(f"* **{audit.method}: membership leaks through {_said(audit.answer)}**")
+    seconds = Stat.of(s.seconds for s in scores if s.model == MODELS[0])
+    lines.append(f"* audit time per method and seed: {seconds.text(1)} s (wall clock)")
     if skipped:
         lines.append(
             f"* not audited (no separate certified head): {', '.join(sorted(set(skipped)))}"
