@@ -128,10 +128,18 @@ def final_models(scenario: Any, methods: list[str]) -> tuple[Any, dict[str, Base
     return workload, kept
 
 
-def test_the_three_models_are_what_they_claim() -> None:
-    scenario = quick_survey("head.accounting=anchored")  # certified updates, no retrains
-    workload, kept = final_models(scenario, ["retrain", "cr"])
-    retrain, cr = kept["retrain"], kept["cr"]
+@pytest.fixture(scope="module")
+def survey_models() -> tuple[Any, dict[str, BaseUnlearner[Any]]]:
+    """One seed of the quick survey, certified updates (no retrains), every method's last model."""
+    scenario = quick_survey("head.accounting=anchored")
+    return final_models(scenario, ["retrain", "cr", "decoremoval"])
+
+
+def test_the_three_models_are_what_they_claim(
+    survey_models: tuple[Any, dict[str, BaseUnlearner[Any]]],
+) -> None:
+    workload, kept = survey_models
+    retrain, cr, dr = kept["retrain"], kept["cr"], kept["decoremoval"]
     assert isinstance(retrain, Retrain) and isinstance(cr, CertifiedHeadUnlearner)
     rows = cr.retained_ids
     assert workload.train.n - rows.size == 30  # the final removed set
@@ -155,6 +163,13 @@ def test_the_three_models_are_what_they_claim() -> None:
     collector.add(retrain)
     timeless = [replace(s, seconds=0.0) for s in scores.values()]
     assert [replace(s, seconds=0.0) for s in collector.finish()] == timeless
+    # cr and decoremoval share their extractor and so its references: DR's scores are the same
+    # whether it is audited alone or after cr
+    collector.add(dr)
+    shared = [replace(s, seconds=0.0) for s in collector.finish() if s.method == "decoremoval"]
+    assert isinstance(dr, CertifiedHeadUnlearner) and dr.featurizer is cr.featurizer
+    alone = audit_method(dr, retrain.featurizer, workload, config)
+    assert shared == [replace(s, seconds=0.0) for s in alone]
     lonely = SeedAudit(workload, config)
     lonely.add(cr)
     with pytest.raises(ConfigError, match="retrain baseline"):
@@ -182,8 +197,10 @@ def test_the_three_models_are_what_they_claim() -> None:
         )
 
 
-def test_decoremoval_heads_are_refitted_with_its_cold_weights() -> None:
-    workload, kept = final_models(quick_survey(), ["decoremoval"])
+def test_decoremoval_heads_are_refitted_with_its_cold_weights(
+    survey_models: tuple[Any, dict[str, BaseUnlearner[Any]]],
+) -> None:
+    workload, kept = survey_models
     dr = kept["decoremoval"]
     assert isinstance(dr, CertifiedHeadUnlearner)
     own, rows = dr.featurizer(workload.train.x), dr.retained_ids

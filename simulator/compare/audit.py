@@ -201,9 +201,13 @@ def _extractor(  # noqa: PLR0913 (one extractor: its map, then what the referenc
     targets: _Targets,
     *,
     config: AuditConfig,
-    name: str,
+    role: str,
 ) -> _Extractor:
-    """Features of ``featurizer`` and LiRA references trained on them (module docstring)."""
+    """Features of ``featurizer`` and LiRA references trained on them (module docstring).
+
+    The references' generator is named by the extractor's ``role`` (``retrained`` or
+    ``unlearned``), not by the method, so methods that share an extractor share references.
+    """
     train, test = workload.train, workload.splits["test"]
     features, test_features = featurizer(train.x), featurizer(test.x)
     refs = train_references(
@@ -214,7 +218,7 @@ def _extractor(  # noqa: PLR0913 (one extractor: its map, then what the referenc
         count=config.references,
         lam=head.config.lam,
         sigma=head.config.sigma,
-        rng=child_rng(workload.seed, "audit", "lira", name),
+        rng=child_rng(workload.seed, "audit", "lira", role),
         tol=head.config.tol,
     )
     return _Extractor(
@@ -224,6 +228,48 @@ def _extractor(  # noqa: PLR0913 (one extractor: its map, then what the referenc
         reference_phi(refs, features[targets.members], train.y[targets.members]),
         reference_phi(refs, test_features[targets.holdout], test.y[targets.holdout]),
     )
+
+
+@dataclass(eq=False)
+class ExtractorViews:
+    """Each extractor's features and LiRA references in one seed, computed once.
+
+    ``cr`` and ``decoremoval`` share their extractor (the comparison trains it once), and every
+    method shares the retrained one, so the references (the audit's main cost) are trained
+    once per extractor and seed. Entries hold their featurizer, so an id is never reused.
+    """
+
+    _views: dict[tuple[Any, ...], tuple[Featurizer, _Extractor]] = field(default_factory=dict)
+
+    def get(  # noqa: PLR0913 (the extractor, then what its references need)
+        self,
+        featurizer: Featurizer,
+        head: CertifiedHead,
+        workload: Workload,
+        rows: IntArray,
+        targets: _Targets,
+        *,
+        config: AuditConfig,
+        role: str,
+    ) -> _Extractor:
+        """The view of ``featurizer`` (computed by :func:`_extractor` the first time)."""
+        c = head.config
+        key = (
+            id(featurizer),
+            role,
+            workload.seed,
+            c.lam,
+            c.sigma,
+            c.tol,
+            config,
+            rows.tobytes(),
+            targets.members.tobytes(),
+            targets.holdout.tobytes(),
+        )
+        if key not in self._views:
+            view = _extractor(featurizer, head, workload, rows, targets, config=config, role=role)
+            self._views[key] = (featurizer, view)
+        return self._views[key][1]
 
 
 def _attack(
@@ -252,6 +298,7 @@ def audit_method(
     retrained: Featurizer,
     workload: Workload,
     config: AuditConfig | None = None,
+    views: ExtractorViews | None = None,
 ) -> list[AuditScore]:
     """Score the three models of one head-based method at its removed set (module docstring).
 
@@ -266,6 +313,8 @@ def audit_method(
         The seed's data; its ``test`` split is the non-members.
     config : AuditConfig, optional
         References and sample sizes.
+    views : ExtractorViews, optional
+        Features and references already computed in this seed (shared between methods).
 
     Returns
     -------
@@ -281,12 +330,11 @@ def audit_method(
     removed = np.setdiff1d(np.arange(train.n, dtype=np.int64), rows)
     targets = _targets(workload, removed, config)
     head = unlearned.head
-    own = _extractor(
-        unlearned.featurizer, head, workload, rows, targets, config=config, name=unlearned.name
+    views = views if views is not None else ExtractorViews()
+    own = views.get(
+        unlearned.featurizer, head, workload, rows, targets, config=config, role="unlearned"
     )
-    fresh = _extractor(
-        retrained, head, workload, rows, targets, config=config, name=f"{unlearned.name}:retrained"
-    )
+    fresh = views.get(retrained, head, workload, rows, targets, config=config, role="retrained")
     heads = {
         "retrained": (head_from_scratch(head, fresh.train, rows), fresh),
         "same_extractor": (head_from_scratch(head, own.train, rows), own),
@@ -329,6 +377,7 @@ class SeedAudit:
     skipped: list[str] = field(default_factory=list)
     _retrained: Featurizer | None = None
     _pending: list[CertifiedHeadUnlearner[Any]] = field(default_factory=list)
+    _views: ExtractorViews = field(default_factory=ExtractorViews)
 
     def add(self, unlearner: BaseUnlearner[Any]) -> None:
         """Keep or audit one method's final model (module docstring)."""
@@ -347,7 +396,9 @@ class SeedAudit:
 
     def _audit(self, unlearner: CertifiedHeadUnlearner[Any]) -> None:
         assert self._retrained is not None
-        self.scores.extend(audit_method(unlearner, self._retrained, self.workload, self.config))
+        self.scores.extend(
+            audit_method(unlearner, self._retrained, self.workload, self.config, self._views)
+        )
 
     def finish(self) -> list[AuditScore]:
         """The seed's scores.
