@@ -1,11 +1,14 @@
 """``unlearnsim compare SCENARIO``: every unlearning method on the same data, seeds and stream.
 
     unlearnsim compare scenarios/compare_mnist_3v8_ood.yaml --methods retrain,cr,decoremoval \
-        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist]
+        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist] \
+        [--audit]
 
 Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
-count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots; refused at the
-start when ``--output`` holds files of those names that a comparison did not write.
+count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots, and with
+``--audit`` ``audit.json`` and ``audit.png`` (where membership leaks:
+:mod:`simulator.compare.audit`); refused at the start when ``--output`` holds files of those
+names that a comparison did not write.
 """
 
 from __future__ import annotations
