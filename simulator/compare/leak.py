@@ -22,8 +22,8 @@ answer is ``undetermined``.
 
 Over the attacks, a part leaks when at least one attack says so; both parts give ``head and
 extractor``. LiRA does not vote on the extractor: its reference heads are trained on the
-attacked model's own features, so they share its extractor and calibrate away what the
-extractor remembers (it can only see the head).
+attacked model's own features, so they share its extractor and largely calibrate away what
+the extractor remembers: it measures the head given the extractor.
 """
 
 from __future__ import annotations
