@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -261,3 +262,16 @@ def test_the_audit_is_refused_without_retrain_or_a_head(
     assert main([*base, "--methods", "retrain,sisa"]) == 2
     assert "needs a head-based method" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # refused before any fitting
+
+
+def test_the_command_line_passes_the_audit_on(tmp_path: Path) -> None:
+    from server.cli import build_parser
+    from server.commands.compare import audit_config, command_line
+
+    args = build_parser().parse_args(["compare", str(SURVEY), "--methods", "cr", "--audit"])
+    assert audit_config(args, ["retrain", "cr"], 6) == AuditConfig(references=6, max_samples=1000)
+    again = build_parser().parse_args(shlex.split(command_line(args, tmp_path))[1:])
+    assert again.audit  # the command written to command.txt reproduces the audit
+    plain = build_parser().parse_args(["compare", str(SURVEY), "--methods", "cr"])
+    assert audit_config(plain, ["retrain", "cr"], 6) is None
+    assert "--audit" not in command_line(plain, tmp_path)
