@@ -1,11 +1,14 @@
 """``unlearnsim compare SCENARIO``: every unlearning method on the same data, seeds and stream.
 
     unlearnsim compare scenarios/compare_mnist_3v8_ood.yaml --methods retrain,cr,decoremoval \
-        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist]
+        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist] \
+        [--audit]
 
 Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
-count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots; refused at the
-start when ``--output`` holds files of those names that a comparison did not write.
+count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots, and with
+``--audit`` ``audit.json`` and ``audit.png`` (where membership leaks:
+:mod:`simulator.compare.audit`); refused at the start when ``--output`` holds files of those
+names that a comparison did not write.
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="do not add the retrain reference (saves its per-batch retraining on large data; "
         "the distance-to-retrain columns are then n/a)",
+    )
+    p.add_argument(
+        "--audit",
+        action="store_true",
+        help="also audit where membership leaks at the final removed set: each head-based "
+        "method's model (c) against its extractor with the head retrained from scratch (b) and "
+        "the model retrained from scratch, extractor included (a); writes audit.json, "
+        "audit.png and a section of table.md (needs the retrain baseline)",
     )
     p.set_defaults(handler=handle)
     q = sub.add_parser(
@@ -161,6 +172,34 @@ def parse_checkpoints(text: str | None) -> list[int] | None:
     return values
 
 
+def audit_config(args: argparse.Namespace, methods: list[str], references: int) -> Any:
+    """The audit's settings when ``--audit`` is given (None otherwise), checked before fitting.
+
+    Raises
+    ------
+    ConfigError
+        ``--audit`` without the retrain baseline, or without a head-based method to audit.
+    """
+    if not args.audit:
+        return None
+    from simulator.compare.audit import AuditConfig
+    from simulator.compare.harness import MIA_SAMPLES
+    from simulator.unlearners import unlearner_class
+    from simulator.unlearners.headbased import CertifiedHeadUnlearner
+
+    if "retrain" not in methods:
+        raise ConfigError(
+            "the audit compares with the retrain baseline: drop --no-retrain", "--audit"
+        )
+    if not any(issubclass(unlearner_class(m), CertifiedHeadUnlearner) for m in methods):
+        raise ConfigError(
+            "the audit needs a head-based method (cr, decoremoval, decoremoval_extractor, "
+            f"retrain_head); got {', '.join(methods)}",
+            "--audit",
+        )
+    return AuditConfig(references=references, max_samples=MIA_SAMPLES)
+
+
 def command_line(args: argparse.Namespace, folder: Path) -> str:
     """The command that reproduces this comparison, every choice spelt out."""
     parts = [
@@ -177,6 +216,8 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
         parts.append("--quick")
     if args.no_retrain:
         parts.append("--no-retrain")
+    if args.audit:
+        parts.append("--audit")
     if args.checkpoints is not None:
         parts += ["--checkpoints", args.checkpoints]
     for item in args.options:
@@ -205,6 +246,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         checkpoints = list(QUICK_CHECKPOINTS)
     if args.seeds < 1:
         raise ConfigError("must be >= 1", "--seeds")
+    audit = audit_config(args, methods, scenario.evaluation.lira_references)
     seeds = [scenario.seed + i for i in range(args.seeds)]
     folder = Path(args.output) if args.output else Path("results") / scenario.name
     from simulator.compare.report import check_comparison_output
@@ -233,6 +275,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             options=options,
             progress=lambda text: console.print(f"  {text}", highlight=False),
             on_seed=partial,
+            audit=audit,
         )
         # inside the limits: fits.json records the torch threads the fits ran with
         files = write_comparison(comparison, folder, command=command, plots=not args.no_plots)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.compare.audit import AuditConfig, AuditScore, SeedAudit
 from simulator.compare.workload import Workload
 from simulator.errors import InputError
 from simulator.metrics.roc import roc_auc
@@ -221,8 +222,13 @@ def run_method(
     *,
     options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    keep: Callable[[BaseUnlearner[Any]], None] | None = None,
 ) -> tuple[list[Measurement], FitRecord]:
-    """Fit one method on ``workload`` and walk its removal steps, measuring at checkpoints."""
+    """Fit one method on ``workload`` and walk its removal steps, measuring at checkpoints.
+
+    ``keep`` receives the method's model after its last removal (the audit's; it is dropped
+    otherwise).
+    """
     unlearner = create_unlearner(name, workload.settings, **dict(options or {}))
     report = unlearner.fit(workload.train, seed=workload.seed)
     out: list[Measurement] = []
@@ -251,6 +257,8 @@ def run_method(
         removed.append(ids)
         if i in workload.evaluate_after:
             snapshot(i)
+    if keep is not None:
+        keep(unlearner)
     return out, FitRecord(name, workload.seed, report.seconds, report.info, report.notes)
 
 
@@ -275,7 +283,11 @@ def attach_retrain(measurements: Sequence[Measurement]) -> list[Measurement]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Every measurement and fit record of a comparison, plus notes and its wall time."""
+    """Every measurement and fit record of a comparison, plus notes and its wall time.
+
+    ``audit`` holds the membership audit's scores (:mod:`simulator.compare.audit`; empty when
+    it was not asked for) and ``audit_skipped`` the methods it could not audit.
+    """
 
     scenario: str
     methods: tuple[str, ...]
@@ -285,6 +297,8 @@ class Comparison:
     notes: tuple[str, ...]
     seconds: float
     split_notes: tuple[str, ...] = ()
+    audit: tuple[AuditScore, ...] = ()
+    audit_skipped: tuple[str, ...] = ()
 
 
 def _seeded_workloads(
@@ -300,7 +314,7 @@ def _seeded_workloads(
     return by_seed.__getitem__, [w.seed for w in given]
 
 
-def run_comparison(
+def run_comparison(  # noqa: PLR0913 (the workloads and methods, then keyword-only options)
     workloads: Sequence[Workload] | Callable[[int], Workload],
     methods: Sequence[str],
     *,
@@ -308,12 +322,15 @@ def run_comparison(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Progress | None = None,
     on_seed: Callable[[Comparison], None] | None = None,
+    audit: AuditConfig | None = None,
 ) -> Comparison:
     """Run ``methods`` on every workload (one per seed); see the module docstring.
 
     ``workloads`` is a list, or a function of the seed that builds one (with ``seeds``), so a
     long comparison holds one seed's data at a time. ``on_seed`` receives the comparison of
     the seeds finished so far after each seed (to write partial results of a long run).
+    ``audit`` also scores every head-based method's final model against the ``retrain``
+    baseline's (:class:`~simulator.compare.audit.SeedAudit`).
     """
     started = time.perf_counter()
     make, seed_list = _seeded_workloads(workloads, seeds)
@@ -322,6 +339,8 @@ def run_comparison(
     notes: list[str] = []
     scenario = ""
     split_notes: tuple[str, ...] = ()
+    audited: list[AuditScore] = []
+    skipped: list[str] = []
 
     def so_far(done: Sequence[int]) -> Comparison:
         return Comparison(
@@ -333,6 +352,8 @@ def run_comparison(
             tuple(notes),
             time.perf_counter() - started,
             split_notes,
+            tuple(audited),
+            tuple(dict.fromkeys(skipped)),
         )
 
     for i, seed in enumerate(seed_list):
@@ -340,13 +361,21 @@ def run_comparison(
         scenario = workload.scenario.name
         split_notes = workload.split_notes
         notes.extend(n for n in workload.notes if n not in notes)
+        auditor = SeedAudit(workload, audit) if audit is not None else None
         for name in methods:
             got, fit = run_method(
-                name, workload, options=(options or {}).get(name), progress=progress
+                name,
+                workload,
+                options=(options or {}).get(name),
+                progress=progress,
+                keep=None if auditor is None else auditor.add,
             )
             measurements.extend(got)
             fits.append(fit)
             notes.extend(f"{name}: {n}" for n in fit.notes if f"{name}: {n}" not in notes)
+        if auditor is not None:
+            audited.extend(auditor.finish())
+            skipped.extend(auditor.skipped)
         if on_seed is not None:
             on_seed(so_far(seed_list[: i + 1]))
     return so_far(seed_list)

@@ -1,4 +1,4 @@
-"""PNG figures of a comparison: utility, cost and privacy against the removal count."""
+"""PNG figures of a comparison: utility, cost and privacy against the removal count; the audit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.compare.table import Summary
+from simulator.compare.audit import ATTACKS, MODEL_LABELS, MODELS, AuditScore
+from simulator.compare.leak import audit_methods
+from simulator.compare.table import Stat, Summary
 
 #: (file, [(metric, axis label, scale, log y)]) of every figure.
 FIGURES: tuple[tuple[str, tuple[tuple[str, str, float, bool], ...]], ...] = (
@@ -73,6 +75,44 @@ def plot_comparison(
         fig.tight_layout(rect=(0, 0, 1, 0.91))
         paths.append(_save(fig, folder / name, plt))
     return paths
+
+
+#: The audit's figure: each model's membership AUC per attack (``--audit``).
+AUDIT_FIGURE = "audit.png"
+
+
+def plot_audit(path: Path, scores: Sequence[AuditScore], scenario: str) -> Path:
+    """One panel per audited method: every model's AUC (mean ± std over seeds) per attack."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    audits = audit_methods(scores)
+    fig, axes = plt.subplots(1, max(1, len(audits)), figsize=(5.5 * max(1, len(audits)), 4.2))
+    flat = list(getattr(axes, "flat", [axes]))
+    for ax, audit in zip(flat, audits, strict=False):
+        for offset, model in zip((-0.2, 0.0, 0.2), MODELS, strict=True):
+            stats = [Stat.of(audit.auc[(model, a)]) for a in ATTACKS]
+            ax.errorbar(
+                [i + offset for i in range(len(ATTACKS))],
+                [st.mean for st in stats],
+                yerr=[st.std if math.isfinite(st.std) else 0.0 for st in stats],
+                fmt="o",
+                ms=5,
+                capsize=3,
+                label=MODEL_LABELS[model],
+            )
+        ax.axhline(0.5, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(range(len(ATTACKS)), ATTACKS, rotation=20)
+        ax.set_ylabel("membership AUC (removed vs test)")
+        ax.set_title(f"{audit.method}: leaks through {audit.answer}", fontsize=10)
+        ax.grid(alpha=0.3)
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.suptitle(f"{scenario}: where does membership leak? (mean ± std over seeds)", fontsize=10)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    return _save(fig, path, plt)
 
 
 def _save(fig: Any, path: Path, plt: Any) -> Path:

@@ -13,8 +13,14 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from simulator.compare.audit_report import (
+    AUDIT_FILE,
+    audit_json,
+    audit_markdown,
+    load_audit_scores,
+)
 from simulator.compare.harness import Comparison
-from simulator.compare.plots import FIGURES, plot_comparison
+from simulator.compare.plots import AUDIT_FIGURE, FIGURES, plot_audit, plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
 from simulator.compare.verdict import verdict_csv, verdicts
 from simulator.errors import ConfigError
@@ -49,7 +55,7 @@ def comparison_outputs() -> Outputs:
         kind="comparison folder",
         marker="fits.json written by unlearnsim compare",
         proof=wrote_comparison,
-        files=(*TABLES, *(name for name, _ in FIGURES)),
+        files=(*TABLES, AUDIT_FILE, AUDIT_FIGURE, *(name for name, _ in FIGURES)),
     )
 
 
@@ -86,7 +92,11 @@ def write_comparison(
     rows = verdicts(comparison.measurements, comparison.methods)
     files["verdict"] = folder / "verdict.csv"
     files["verdict"].write_text(verdict_csv(rows))
-    files["table"].write_text(markdown(comparison, summaries, rows, comparison.split_notes))
+    table = markdown(comparison, summaries, rows, comparison.split_notes)
+    _write_audit(comparison, folder, files, plots=plots)
+    if comparison.audit:
+        table += "\n" + audit_markdown(comparison.audit, comparison.audit_skipped)
+    files["table"].write_text(table)
     files["summary"].write_text(summary_csv(summaries))
     files["runs"].write_text(runs_csv(comparison.measurements))
     fits = [
@@ -113,6 +123,26 @@ def write_comparison(
         ):
             files[path.stem] = path
     return files
+
+
+def _write_audit(
+    comparison: Comparison, folder: Path, files: dict[str, Path], *, plots: bool
+) -> None:
+    """``audit.json`` (and ``audit.png``) of the comparison's audit.
+
+    A comparison without an audit removes the ones an earlier comparison wrote into this
+    folder (:func:`check_comparison_output` has proven the folder's files of these names are
+    a comparison's), so that the folder never shows another run's audit.
+    """
+    paths = [folder / AUDIT_FILE, folder / AUDIT_FIGURE]
+    if not comparison.audit:
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return
+    files["audit"] = paths[0]
+    paths[0].write_text(audit_json(comparison.scenario, comparison.audit, comparison.audit_skipped))
+    if plots:
+        files["audit_plot"] = plot_audit(paths[1], comparison.audit, comparison.scenario)
 
 
 def load_comparison(folder: Path) -> Comparison:
@@ -213,5 +243,9 @@ def retable(folder: Path) -> dict[str, Path]:
     }
     files["verdict"].write_text(verdict_csv(rows))
     files["summary"].write_text(summary_csv(summaries))
-    files["table"].write_text(markdown(comparison, summaries, rows, comparison.split_notes))
+    table = markdown(comparison, summaries, rows, comparison.split_notes)
+    if (folder / AUDIT_FILE).exists():
+        scores, skipped = load_audit_scores(folder / AUDIT_FILE)
+        table += "\n" + audit_markdown(scores, skipped)
+    files["table"].write_text(table)
     return files

@@ -231,6 +231,11 @@ class LocalHeadData(HeadShape):
         self._active = active.copy()
 
     @property
+    def reweigh(self) -> Reweigher | None:
+        """The re-weighting run after every deletion (None: the weights never change)."""
+        return self._reweigh
+
+    @property
     def base_weights(self) -> FloatArray:
         """Weights of every row, deleted rows keeping their last value; a copy."""
         return self._a.copy()

@@ -114,6 +114,13 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         return head_proba(state.featurizer(x), state.head.W)
 
     @property
+    def featurizer(self) -> Featurizer:
+        """The frozen extractor and RFF map the head sits on (trained once, at :meth:`fit`)."""
+        self._require_fit()
+        state: HeadState = self._state
+        return state.featurizer
+
+    @property
     def head(self) -> CertifiedHead:
         """The certified head (for reports and tests)."""
         self._require_fit()

@@ -83,3 +83,10 @@ class Retrain(BaseUnlearner[RetrainConfig]):
     def _predict_proba(self, x: NDArray[Any]) -> FloatArray:
         state: RetrainState = self._state
         return head_proba(state.featurizer(x), state.W)
+
+    @property
+    def featurizer(self) -> Featurizer:
+        """The extractor and RFF map trained on the rows retained at the last removal."""
+        self._require_fit()
+        state: RetrainState = self._state
+        return state.featurizer
