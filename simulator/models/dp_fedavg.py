@@ -102,7 +102,7 @@ class ClientAccountants:
     def history(self, client: int) -> list[HistoryEntry]:
         """Client ``client``'s accountant history (empty: it never trained)."""
         if client in self._live:
-            return [tuple(h) for h in self._live[client].history]  # type: ignore[misc]
+            return [tuple(h) for h in self._live[client].history]
         return list(self.histories.get(client, []))
 
     def clients(self) -> list[int]:

@@ -18,6 +18,7 @@ import torch
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
+from simulator.errors import ConfigError
 from simulator.features.rff import RandomFourierFeatures
 from simulator.models import (
     ExtractorWithHead,
@@ -28,7 +29,6 @@ from simulator.models import (
     load_arrays,
     local_train,
 )
-from simulator.errors import ConfigError
 from simulator.models.dp_fedavg import ClientAccountants, DpSgdSettings, dp_local_train
 from simulator.models.featurizer import Featurizer, freeze_featurizer
 from simulator.models.fedavg import LocalRound, fedavg_rounds
