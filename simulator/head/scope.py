@@ -92,15 +92,23 @@ def compose(
 ) -> tuple[float, float] | None:
     """``(epsilon_total, delta_total)`` of the head and the extractor over ``rows`` rows.
 
-    The module docstring's composition; None when the extractor has no guarantee.
+    The module docstring's composition; None when the extractor has no guarantee, or when
+    the group's ``delta_total`` reaches 1 (``k`` too large for the extractor's ``delta_x``:
+    the bound is vacuous, so only the head is certified for that request).
     """
     if rows < 1:
         raise InputError(f"a request covers at least one row, got {rows}")
     if extractor.epsilon is None:
         return None
     eps_x, delta_x = float(extractor.epsilon), float(extractor.delta)
-    group_delta = rows * math.exp((rows - 1) * eps_x) * delta_x if delta_x else 0.0
-    return head_epsilon + rows * eps_x, head_delta + group_delta
+    group_delta = 0.0
+    if delta_x:
+        log_group = math.log(rows) + (rows - 1) * eps_x + math.log(delta_x)
+        group_delta = math.exp(log_group) if log_group < 0 else math.inf
+    total_delta = head_delta + group_delta
+    if total_delta >= 1:
+        return None  # k e^((k-1) eps_x) delta_x >= 1: the group bound says nothing
+    return head_epsilon + rows * eps_x, total_delta
 
 
 def certificate_scope(

@@ -31,6 +31,7 @@ row may be on any client, the extractor is ``(max_c epsilon_c, delta)``-DP per r
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Iterator
@@ -105,6 +106,11 @@ class ClientAccountants:
             return [tuple(h) for h in self._live[client].history]
         return list(self.histories.get(client, []))
 
+    def set_history(self, client: int, history: list[HistoryEntry]) -> None:
+        """Replace client ``client``'s accountant by one with ``history`` (a remote client's)."""
+        self._live.pop(client, None)
+        self.histories[client] = [(float(z), float(q), int(k)) for z, q, k in history]
+
     def clients(self) -> list[int]:
         """Every client with an accountant."""
         return sorted(set(self.histories) | set(self._live))
@@ -121,6 +127,29 @@ class ClientAccountants:
     def max_epsilon(self, delta: float) -> float:
         """The extractor's per-row epsilon: the max over clients (module docstring)."""
         return max(self.epsilons(delta).values(), default=0.0)
+
+
+def history_to_json(history: list[HistoryEntry]) -> str:
+    """An accountant history as a JSON string (what a Flower message carries)."""
+    return json.dumps([[float(z), float(q), int(k)] for z, q, k in history])
+
+
+def history_from_json(text: str) -> list[HistoryEntry]:
+    """The inverse of :func:`history_to_json`.
+
+    Raises
+    ------
+    InputError
+        Not a list of ``[noise_multiplier, sample_rate, steps]`` entries.
+    """
+    try:
+        entries = json.loads(text)
+        out = [(float(z), float(q), int(k)) for z, q, k in entries]
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"not an accountant history: {text[:80]!r}") from exc
+    if any(not (z > 0 and 0 < q <= 1 and k >= 0) for z, q, k in out):
+        raise InputError(f"accountant history out of range: {text[:80]!r}")
+    return out
 
 
 def check_dp_trainable(model: nn.Module) -> None:

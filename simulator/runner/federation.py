@@ -326,10 +326,10 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
             "model; use extractor_data public (the encoder fits on the pool) for this source",
             "model.extractor_data",
         )
-    if transport is not None and not isinstance(transport, InProcessTransport):
+    if transport is not None and getattr(transport, "accountants", None) is None:
         raise ConfigError(
-            f"extractor_data dp runs on the in-process transport (and the Kafka stream), not "
-            f"{transport.name}: its clients keep no accountant across rounds yet",
+            f"extractor_data dp: transport {transport.name} keeps no DP accountant per client "
+            "across rounds",
             "model.extractor_data",
         )
 
@@ -428,7 +428,9 @@ def build_federation(
     requests = deletion_stream(scenario, ds, shards)  # before training: its errors come first
     device = resolve_device(scenario.device)
     provenance = scenario.model.extractor_data
-    accountants = ClientAccountants() if provenance == "dp" else None
+    accountants: ClientAccountants | None = None
+    if provenance == "dp":  # one per client, kept across every round (check_dp_extractor)
+        accountants = getattr(transport, "accountants", None) or ClientAccountants()
     if transport is None:
         transport = InProcessTransport(scenario, ds, shards, device=device, accountants=accountants)
     local_round: LocalRound
