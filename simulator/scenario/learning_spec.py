@@ -50,13 +50,6 @@ class ExtractorDpSpec(Section):
     delta: float = Field(
         default=1e-5, gt=0, lt=1, description="delta at which the accountants give epsilon."
     )
-    max_extractor_epsilon: PositiveScale | None = Field(
-        default=None,
-        description="Limit on the extractor's group part k * epsilon_x of the whole-model "
-        "total, k the rows removed since the extractor was trained: a batch that would pass "
-        "it retrains the extractor from scratch on D' (retrain reason extractor_budget). "
-        "null: no limit.",
-    )
 
 
 class ModelSpec(Section):
