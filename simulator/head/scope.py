@@ -9,8 +9,9 @@ statistics) is covered by what the extractor's provenance (``model.extractor_dat
   with the head's own ``(epsilon, delta)`` (scope ``whole_model``);
 * ``private``: fitted on the clients' rows with no guarantee at all: the extractor's part is
   unbounded, the certificate covers the head only (scope ``head``) and there is no total;
-* ``dp`` (a later extractor trained with DP-SGD): the accountant's ``(epsilon_x, delta_x)``
-  over all rounds, passed as an :class:`ExtractorGuarantee`.
+* ``dp`` (DP-FedAvg with DP-SGD on every client, :mod:`simulator.models.dp_fedavg`): the
+  accountants' per-row ``(epsilon_x, delta_x)`` over all rounds (the max over clients),
+  passed as an :class:`ExtractorGuarantee`.
 
 The total is the basic composition of the two mechanisms (Dwork & Roth 2014, Theorem 3.16)
 with the extractor's part taken over the request's ``k`` rows by group privacy (their
@@ -33,7 +34,7 @@ from simulator.errors import InputError
 Scope = Literal["head", "whole_model"]
 #: Every scope, in report order.
 SCOPES: tuple[Scope, ...] = ("head", "whole_model")
-#: Every extractor provenance a certificate may name (``dp``: a later DP-trained extractor).
+#: Every extractor provenance a certificate may name (``dp``: a DP-SGD-trained extractor).
 PROVENANCES: tuple[str, ...] = ("private", "public", "dp")
 
 
@@ -58,7 +59,7 @@ class CertificateScope:
     Attributes
     ----------
     scope : ``head`` (only the head is certified) or ``whole_model``.
-    extractor_data : the extractor's provenance (``private``, ``public``).
+    extractor_data : the extractor's provenance (``private``, ``public``, ``dp``).
     total_epsilon, total_delta : the composed guarantee of the whole model (module docstring);
         None when the extractor has no guarantee.
     """
