@@ -154,7 +154,7 @@ class Federation:
 
     @property
     def extractor_certified(self) -> bool:
-        """Only an extractor trained on never-deleted public data keeps the certificate."""
+        """Whether the certificate covers the extractor: a public pool, or DP-SGD (``dp``)."""
         return self.scenario.model.certified_extractor
 
     def certificate_scope(self, head_epsilon: float, *, rows: int = 1) -> CertificateScope:
