@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from simulator.errors import ConfigError
 from simulator.federation import FederatedClient
 from simulator.models import LocalUpdate, resolve_device
+from simulator.models.dp_fedavg import ClientAccountants
 from simulator.runner.featurize import build_extractor, client_update, featurizer_from_arrays
 from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.shards import make_client, shard_digest
@@ -34,9 +35,17 @@ def _shard(text: str, client_id: int) -> tuple[Scenario, Any, NDArray[np.int64]]
 
 
 def local_update(
-    text: str, client_id: int, round_index: int, global_arrays: dict[str, NDArray[Any]]
+    text: str,
+    client_id: int,
+    round_index: int,
+    global_arrays: dict[str, NDArray[Any]],
+    accountants: ClientAccountants | None = None,
 ) -> LocalUpdate | None:
-    """The FedAvg update of this client in ``round_index``, or None if it holds no rows."""
+    """The FedAvg update of this client in ``round_index``, or None if it holds no rows.
+
+    ``accountants`` (``extractor_data: dp``) holds this client's accountant, restored from the
+    history the server sent; its DP-SGD steps are recorded in it.
+    """
     scenario, dataset, rows = _shard(text, client_id)
     if rows.size == 0:
         return None
@@ -49,6 +58,7 @@ def local_update(
         client_index=client_id,
         global_arrays={k: np.asarray(v, dtype=np.float32) for k, v in global_arrays.items()},
         device=resolve_device(scenario.device),
+        accountants=accountants,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message
@@ -52,17 +53,25 @@ def hello(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """One FedAvg round of the extractor on this client's shard."""
     from clients.build import local_update  # torch
+    from simulator.models.dp_fedavg import ClientAccountants, history_from_json, history_to_json
 
     cfg = rec.config_of(msg.content)
+    client = partition_id(context)
+    accountants = None
+    if "dp-history" in cfg:  # extractor_data dp: this client's accountant, kept by the server
+        accountants = ClientAccountants({client: history_from_json(str(cfg["dp-history"]))})
     update = local_update(
         str(cfg["scenario"]),
-        partition_id(context),
+        client,
         rec.get_int(cfg, "round"),
         rec.arrays_of(msg.content)[rec.MODEL],
+        accountants,
     )
     if update is None:
         return Message(rec.content({"num-examples": 0, "loss": 0.0}), reply_to=msg)
-    reply = {"num-examples": update.num_examples, "loss": update.loss}
+    reply: dict[str, Any] = {"num-examples": update.num_examples, "loss": update.loss}
+    if accountants is not None:
+        reply["dp-history"] = history_to_json(accountants.history(client))
     return Message(rec.content(reply, {rec.MODEL: update.state}), reply_to=msg)
 
 

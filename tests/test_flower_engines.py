@@ -136,10 +136,12 @@ def wait_for_event(path: Path, kind: str, proc: subprocess.Popen[bytes], limit: 
     raise AssertionError(f"no {kind} event within {limit:g} s")
 
 
-@pytest.mark.parametrize("provenance", ["private", "public"])
+@pytest.mark.parametrize("provenance", ["private", "public", "dp"])
 def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path, provenance: str) -> None:
-    """Both extractor provenances: under public the server trains the extractor on its pool
-    and the ClientApps fit their head statistics on features of the same encoder."""
+    """Every extractor provenance: under public the server trains the extractor on its pool
+    and the ClientApps fit their head statistics on features of the same encoder; under dp
+    each ClientApp runs DP-SGD with its accountant's history carried by the server, and the
+    accounted epsilon is the in-process run's."""
     pytest.importorskip("ray", reason="the simulation engine needs flwr[simulation] (Ray)")
     chosen = [f"model.extractor_data={provenance}"]
     reference = inprocess(tmp_path / "inprocess", chosen)
@@ -151,7 +153,11 @@ def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path, provenance: s
     for notice in ("DEPRECATED FEATURE", "FutureWarning"):  # no clutter (issue 29)
         assert notice not in done.stderr + done.stdout, notice
     assert_same_run(reference, out)
-    scope = {"private": "head", "public": "whole_model"}[provenance]
+    scope = {"private": "head", "public": "whole_model", "dp": "whole_model"}[provenance]
+    if provenance == "dp":
+        ends = [json.loads((f / "metrics.json").read_text()) for f in (reference, out)]
+        assert ends[1]["extractor_epsilon"] == pytest.approx(ends[0]["extractor_epsilon"])
+        assert ends[1]["extractor_epsilon"] > 0
     assert {r["scope"] for r in records(out / "receipts.jsonl") if r["status"] == "applied"} == {
         scope
     }

@@ -62,20 +62,26 @@ def assert_scope(folder: Path, provenance: str) -> None:
     rows = [json.loads(x) for x in (folder / "receipts.jsonl").read_text().splitlines()]
     applied = [r for r in rows if r["status"] == "applied"]
     assert applied
+    end = json.loads((folder / "metrics.json").read_text())
     for r in applied:
         if provenance == "public":
             assert r["scope"] == "whole_model"
             assert (r["total_epsilon_spent"], r["total_delta"]) == (r["epsilon_spent"], r["delta"])
+        elif provenance == "dp" and r["scope"] == "whole_model":  # k rows: + k epsilon_x
+            k = (r["total_epsilon_spent"] - r["epsilon_spent"]) / end["extractor_epsilon"]
+            assert k == pytest.approx(round(k)) and round(k) >= 1
         else:
             assert r["scope"] == "head" and r["total_epsilon_spent"] is None
-    end = json.loads((folder / "metrics.json").read_text())
-    assert end["scope"] == applied[0]["scope"] and end["extractor_data"] == provenance
+    if provenance == "dp":
+        assert any(r["scope"] == "whole_model" for r in applied)
+    scope = "head" if provenance == "private" else "whole_model"
+    assert end["scope"] == scope and end["extractor_data"] == provenance
     summary = (folder / "summary.md").read_text()
-    assert f"scope: {applied[0]['scope']} (extractor_data {provenance})" in summary
+    assert f"scope: {scope} (extractor_data {provenance})" in summary
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("provenance", ["private", "public"])
+@pytest.mark.parametrize("provenance", ["private", "public", "dp"])
 def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) -> None:
     sc = scenario(PARITY, f"model.extractor_data={provenance}")
     ours, theirs = Exporter(), Exporter()
@@ -123,7 +129,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) ->
 
     va, vb = samples(ours), samples(theirs)
     assert names(va) <= names(vb)  # Kafka adds its own counters, never fewer
-    scope = "whole_model" if provenance == "public" else "head"
+    scope = "head" if provenance == "private" else "whole_model"
     for v in (va, vb):  # the scope on the scrape, both paths
         info = {k: x for k, x in v.items() if k.startswith("unlearn_cr_scope_info{")}
         assert info == {
@@ -132,6 +138,9 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) ->
         total = v["unlearn_cr_total_epsilon_spent"]
         if provenance == "public":
             assert total == v["unlearn_cr_epsilon_spent"] > 0
+        elif provenance == "dp":  # one row's total: the head's + the extractor's epsilon
+            eps_x = json.loads((a / "metrics.json").read_text())["extractor_epsilon"]
+            assert total == pytest.approx(v["unlearn_cr_epsilon_spent"] + eps_x)
         else:
             assert total == float("inf")
     for key in ("unlearn_mia_auc_ratio", "unlearn_model_accuracy_ratio", "unlearn_feature_mmd2"):

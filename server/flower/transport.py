@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from simulator.federation import ClientReport
 from simulator.federation.codec import decode_statistics
 from simulator.head import HeadConfig
 from simulator.models import LocalUpdate, StateArrays, state_to_arrays
+from simulator.models.dp_fedavg import ClientAccountants, history_from_json, history_to_json
 from simulator.models.featurizer import Featurizer
 from simulator.runner.configs import head_config
 from simulator.runner.shards import shard_digest
@@ -70,6 +72,9 @@ class FlowerTransport:
         self._channels: dict[int, FlowerClientChannel] = {}
         self._clients = list(range(scenario.partition.num_clients))
         self._exact_round = needs_exact_residual(head_config(scenario))
+        #: one DP accountant per client over every round (``extractor_data: dp``): the server
+        #: sends each client its accountant's history with the round and keeps what comes back
+        self.accountants = ClientAccountants() if scenario.model.extractor_data == "dp" else None
 
     def channel(self, client_id: int) -> FlowerClientChannel:
         """The channel of client ``client_id``."""
@@ -86,13 +91,18 @@ class FlowerTransport:
     # ------------------------------------------------------------ FedAvg
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
         """One FedAvg local round on every client, from the global model ``global_arrays``."""
+        accountants = self.accountants
 
-        def content() -> RecordDict:
-            config = {"scenario": self._yaml, "round": round_index}
+        def content(client: int) -> RecordDict:
+            config: dict[str, Any] = {"scenario": self._yaml, "round": round_index}
+            if accountants is not None:
+                config["dp-history"] = history_to_json(accountants.history(client))
             return rec.content(config, {rec.MODEL: global_arrays})
 
         ex = self.send(
-            {c: (rec.TRAIN, content) for c in self._clients}, repeatable=True, train=True
+            {c: (rec.TRAIN, partial(content, c)) for c in self._clients},
+            repeatable=True,
+            train=True,
         )
         if ex.failures:
             raise ClientUnavailableError(ex.failures, f"FedAvg round {round_index + 1}")
@@ -103,6 +113,8 @@ class FlowerTransport:
             n = rec.get_int(metrics, "num-examples")
             if n == 0:
                 continue
+            if accountants is not None:
+                accountants.set_history(c, history_from_json(str(metrics["dp-history"])))
             arrays = rec.arrays_of(reply)[rec.MODEL]
             state = {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
             updates.append(LocalUpdate(state, n, rec.get_number(metrics, "loss")))

@@ -172,6 +172,12 @@ def build_workload(
     sc = scenario.model_copy(update={"seed": seed})
     if sc.stream.source != "scenario":
         raise ConfigError("compare generates the stream from the scenario", "stream.source")
+    if sc.model.extractor_data == "dp":
+        raise ConfigError(
+            "compare does not reproduce extractor_data dp yet (its methods' featurizers train "
+            "without DP-SGD): run it with `unlearnsim run`",
+            "model.extractor_data",
+        )
     ds: Dataset = load_dataset(sc)
     shards, public = split_clients(sc, ds)
     groups = np.full(ds.n_train, len(shards), dtype=np.int64)  # public pool: its own group

@@ -9,8 +9,9 @@ statistics) is covered by what the extractor's provenance (``model.extractor_dat
   with the head's own ``(epsilon, delta)`` (scope ``whole_model``);
 * ``private``: fitted on the clients' rows with no guarantee at all: the extractor's part is
   unbounded, the certificate covers the head only (scope ``head``) and there is no total;
-* ``dp`` (a later extractor trained with DP-SGD): the accountant's ``(epsilon_x, delta_x)``
-  over all rounds, passed as an :class:`ExtractorGuarantee`.
+* ``dp`` (DP-FedAvg with DP-SGD on every client, :mod:`simulator.models.dp_fedavg`): the
+  accountants' per-row ``(epsilon_x, delta_x)`` over all rounds (the max over clients),
+  passed as an :class:`ExtractorGuarantee`.
 
 The total is the basic composition of the two mechanisms (Dwork & Roth 2014, Theorem 3.16)
 with the extractor's part taken over the request's ``k`` rows by group privacy (their
@@ -33,7 +34,7 @@ from simulator.errors import InputError
 Scope = Literal["head", "whole_model"]
 #: Every scope, in report order.
 SCOPES: tuple[Scope, ...] = ("head", "whole_model")
-#: Every extractor provenance a certificate may name (``dp``: a later DP-trained extractor).
+#: Every extractor provenance a certificate may name (``dp``: a DP-SGD-trained extractor).
 PROVENANCES: tuple[str, ...] = ("private", "public", "dp")
 
 
@@ -58,7 +59,7 @@ class CertificateScope:
     Attributes
     ----------
     scope : ``head`` (only the head is certified) or ``whole_model``.
-    extractor_data : the extractor's provenance (``private``, ``public``).
+    extractor_data : the extractor's provenance (``private``, ``public``, ``dp``).
     total_epsilon, total_delta : the composed guarantee of the whole model (module docstring);
         None when the extractor has no guarantee.
     """
@@ -92,15 +93,23 @@ def compose(
 ) -> tuple[float, float] | None:
     """``(epsilon_total, delta_total)`` of the head and the extractor over ``rows`` rows.
 
-    The module docstring's composition; None when the extractor has no guarantee.
+    The module docstring's composition; None when the extractor has no guarantee, or when
+    the group's ``delta_total`` reaches 1 (``k`` too large for the extractor's ``delta_x``:
+    the bound is vacuous, so only the head is certified for that request).
     """
     if rows < 1:
         raise InputError(f"a request covers at least one row, got {rows}")
     if extractor.epsilon is None:
         return None
     eps_x, delta_x = float(extractor.epsilon), float(extractor.delta)
-    group_delta = rows * math.exp((rows - 1) * eps_x) * delta_x if delta_x else 0.0
-    return head_epsilon + rows * eps_x, head_delta + group_delta
+    group_delta = 0.0
+    if delta_x:
+        log_group = math.log(rows) + (rows - 1) * eps_x + math.log(delta_x)
+        group_delta = math.exp(log_group) if log_group < 0 else math.inf
+    total_delta = head_delta + group_delta
+    if total_delta >= 1:
+        return None  # k e^((k-1) eps_x) delta_x >= 1: the group bound says nothing
+    return head_epsilon + rows * eps_x, total_delta
 
 
 def certificate_scope(

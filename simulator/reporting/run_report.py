@@ -157,7 +157,16 @@ def summary_rows(
         ),
         (
             "extractor certified",
-            "yes" if end["extractor_certified"] else "no (trained on private data)",
+            (
+                (
+                    f"yes (DP-SGD, epsilon {end.get('extractor_epsilon', float('nan')):.4g} "
+                    f"per row at delta {end.get('extractor_delta', float('nan')):g})"
+                    if end.get("extractor_data") == "dp"
+                    else "yes"
+                )
+                if end["extractor_certified"]
+                else "no (trained on private data)"
+            ),
         ),
         ("certificate scope", scope_line(end).removeprefix("scope: ")),
     ]

@@ -124,7 +124,12 @@ def certificate_verdict(
     accounting = str(end.get("accounting", start.get("accounting", "?")))
     eps, delta = end.get("epsilon_target"), end.get("delta")
     covers = (
-        "the head and the extractor (the extractor was trained on public data only)"
+        (
+            "the head and the extractor (the extractor was trained with DP-SGD: its accounted "
+            "epsilon composes with the head's)"
+            if end.get("extractor_data") == "dp"
+            else "the head and the extractor (the extractor was trained on public data only)"
+        )
         if end.get("extractor_certified")
         else "the linear head only (the extractor was trained on private data: not certified)"
     )

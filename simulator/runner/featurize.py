@@ -2,8 +2,9 @@
 
 ``x --extractor--> h --RFF (fixed)--> z --clip to ||z|| <= 1--> head`` (``method.md`` section
 1). The extractor is trained with FedAvg on the clients' data (``extractor_data: private``:
-the run is then *not* certified for the extractor) or on a public pool that is never deleted
-from (``public``).
+the run is then *not* certified for the extractor), on a public pool that is never deleted
+from (``public``), or with DP-FedAvg on the clients' data (``dp``: DP-SGD on every client, one
+RDP accountant per client over all rounds, :mod:`simulator.models.dp_fedavg`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
+from simulator.errors import ConfigError
 from simulator.features.rff import RandomFourierFeatures
 from simulator.models import (
     ExtractorWithHead,
@@ -27,11 +29,12 @@ from simulator.models import (
     load_arrays,
     local_train,
 )
+from simulator.models.dp_fedavg import ClientAccountants, DpSgdSettings, dp_local_train
 from simulator.models.featurizer import Featurizer, freeze_featurizer
 from simulator.models.fedavg import LocalRound, fedavg_rounds
 from simulator.runner.configs import backbone_config
 from simulator.scenario import Scenario
-from simulator.seeds import child_rng, child_seed
+from simulator.seeds import child_rng, child_seed, child_torch
 
 
 def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
@@ -46,6 +49,12 @@ def build_extractor(scenario: Scenario, dataset: Dataset) -> ExtractorWithHead:
     )
 
 
+def dp_settings(scenario: Scenario) -> DpSgdSettings:
+    """The DP-SGD mechanism of ``model.dp`` (``extractor_data: dp``)."""
+    dp = scenario.model.dp
+    return DpSgdSettings(dp.noise_multiplier, dp.max_grad_norm, dp.delta)
+
+
 def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes its message's fields)
     scenario: Scenario,
     model: ExtractorWithHead,
@@ -56,16 +65,39 @@ def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes
     client_index: int,
     global_arrays: StateArrays,
     device: torch.device,
+    accountants: ClientAccountants | None = None,
 ) -> LocalUpdate:
     """``ClientUpdate`` of one client: local epochs from the global weights.
 
     The minibatch order and dropout come from ``client_generator(seed, round, client)``, so the
     update depends only on the scenario, the round, the client and the global weights: an
-    in-process loop and a Flower ClientApp compute the same update.
+    in-process loop and a Flower ClientApp compute the same update. Under ``extractor_data:
+    dp`` the epochs are DP-SGD (:func:`~simulator.models.dp_fedavg.dp_local_train`), the noise
+    from ``child_torch(seed, "dp-noise", round, client)``, every step recorded in the client's
+    accountant of ``accountants`` (kept by the caller across rounds).
     """
     m = scenario.model
     seed = child_seed(scenario.seed, "extractor")
     load_arrays(model, global_arrays)
+    if m.extractor_data == "dp":
+        if accountants is None:
+            raise ConfigError(
+                "extractor_data dp trains with DP-SGD: the caller keeps the clients' accountants",
+                "model.extractor_data",
+            )
+        return dp_local_train(
+            model,
+            x,
+            y,
+            epochs=m.local_epochs,
+            batch_size=m.batch_size,
+            lr=m.lr,
+            settings=dp_settings(scenario),
+            accountant=accountants.accountant(client_index),
+            generator=client_generator(seed, round_index, client_index),
+            noise_generator=child_torch(seed, "dp-noise", round_index, client_index),
+            device=device,
+        ).update
     return local_train(
         model,
         x,
@@ -84,8 +116,12 @@ def in_process_round(
     client_data: Sequence[tuple[NDArray[Any], NDArray[Any]]],
     *,
     device: torch.device,
+    accountants: ClientAccountants | None = None,
 ) -> LocalRound:
-    """A :data:`LocalRound` that trains every non-empty client here, one after another."""
+    """A :data:`LocalRound` that trains every non-empty client here, one after another.
+
+    ``accountants``: the clients' DP accountants (``extractor_data: dp``), kept across rounds.
+    """
     work = build_extractor(scenario, dataset)
 
     def run(round_index: int, global_arrays: StateArrays) -> list[LocalUpdate]:
@@ -99,6 +135,7 @@ def in_process_round(
                 client_index=c,
                 global_arrays=global_arrays,
                 device=device,
+                accountants=accountants,
             )
             for c, (x, y) in enumerate(client_data)
             if len(x)
@@ -118,8 +155,9 @@ def train_featurizer(
 ) -> Featurizer:
     """FedAvg-train the extractor through ``local_round``, then draw the frozen RFF map.
 
-    ``pool`` holds the inputs the extractor was trained on; the median bandwidth heuristic
-    (``rff.bandwidth: median``) is computed on their features.
+    ``pool`` holds the inputs the median bandwidth heuristic (``rff.bandwidth: median``) is
+    computed on the features of (the extractor's training rows, or under ``dp`` rows no client
+    holds).
     """
     model = build_extractor(scenario, dataset)
     losses: tuple[float, ...] = ()

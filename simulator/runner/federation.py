@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
@@ -15,8 +15,9 @@ from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
-from simulator.head.scope import CertificateScope, certificate_scope
+from simulator.head.scope import CertificateScope, ExtractorGuarantee, certificate_scope
 from simulator.models import resolve_device
+from simulator.models.dp_fedavg import ClientAccountants
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
@@ -46,6 +47,10 @@ class FederationData:
     eval_sets : the evaluation splits and shifts.
     requests : the deletion stream generated from the scenario.
     retain_probe : retained rows sampled for the retain-split metrics.
+    extractor_guarantee : under ``extractor_data: dp`` the extractor's per-row
+        ``(epsilon_x, delta_x)`` from the clients' accountants (:func:`dp_guarantee`); None
+        for the provenances with a fixed part (``public``, ``private``).
+    extractor_epsilons : every client's accounted epsilon at ``delta_x`` (``dp``; else empty).
     """
 
     scenario: Scenario
@@ -57,6 +62,8 @@ class FederationData:
     eval_sets: EvaluationSets
     requests: list[DeletionRequest]
     retain_probe: IntArray
+    extractor_guarantee: ExtractorGuarantee | None = None
+    extractor_epsilons: dict[int, float] = field(default_factory=dict)
 
 
 T = TypeVar("T")
@@ -124,6 +131,7 @@ class Federation:
     eval_sets = _FromData[EvaluationSets]()
     requests = _FromData[list[DeletionRequest]]()
     retain_probe = _FromData[IntArray]()
+    extractor_guarantee = _FromData[ExtractorGuarantee | None]()
 
     def head_data_retained(self) -> IntArray:
         """Global ids of every retained row."""
@@ -146,36 +154,48 @@ class Federation:
 
     @property
     def extractor_certified(self) -> bool:
-        """Only an extractor trained on never-deleted public data keeps the certificate."""
+        """Whether the certificate covers the extractor: a public pool, or DP-SGD (``dp``)."""
         return self.scenario.model.certified_extractor
 
     def certificate_scope(self, head_epsilon: float, *, rows: int = 1) -> CertificateScope:
         """What a head certificate of ``head_epsilon`` covers, and the whole model's total.
 
-        ``rows``: the request's rows (a DP extractor's group epsilon grows with them).
+        ``rows``: the request's rows (a DP extractor's group epsilon grows with them). Under
+        ``extractor_data: dp`` the extractor's part is its accountants' guarantee.
         """
         return certificate_scope(
             self.scenario.model.extractor_data,
             head_epsilon,
             self.scenario.head.delta,
             rows=rows,
+            extractor=self.extractor_guarantee,
         )
 
     def scope_fields(self, head_epsilon: float) -> dict[str, Any]:
         """An event's scope keys (the totals None under scope ``head``).
 
         ``scope``, ``extractor_data``, ``total_epsilon_spent``, ``total_epsilon_target`` and
-        ``total_delta``.
+        ``total_delta`` (for one row); under ``extractor_data: dp`` also the extractor's own
+        per-row ``extractor_epsilon`` / ``extractor_delta`` and each client's epsilon
+        (``extractor_client_epsilons``).
         """
         spent = self.certificate_scope(head_epsilon)
         target = self.certificate_scope(self.scenario.head.epsilon)
-        return {
+        fields: dict[str, Any] = {
             "scope": spent.scope,
             "extractor_data": spent.extractor_data,
             "total_epsilon_spent": spent.total_epsilon,
             "total_epsilon_target": target.total_epsilon,
             "total_delta": spent.total_delta,
         }
+        part = self.extractor_guarantee
+        if part is not None:
+            fields["extractor_epsilon"] = part.epsilon
+            fields["extractor_delta"] = part.delta
+            fields["extractor_client_epsilons"] = {
+                str(c): e for c, e in sorted(self.data.extractor_epsilons.items())
+            }
+        return fields
 
     # ------------------------------------------------------------- save/load
     def state_dict(self) -> dict[str, Any]:
@@ -277,6 +297,54 @@ def check_public_pool(public: IntArray, shards: list[IntArray]) -> None:
             )
 
 
+#: Sources whose encoder fits statistics on the training rows (a table's medians, means and
+#: categories, a text vocabulary): no DP mechanism covers them (``extractor_data: dp``).
+FITTED_ENCODER_SOURCES: tuple[str, ...] = (
+    "rotten_tomatoes",
+    "sst2",
+    "gss_happiness",
+    "adult",
+    "csv",
+)
+
+
+def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) -> None:
+    """Refuse what ``extractor_data: dp`` cannot cover or run.
+
+    Raises
+    ------
+    ConfigError
+        A source whose encoder fits statistics on the clients' rows (not DP: the whole-model
+        certificate would not hold), or a transport that keeps no accountant across rounds.
+    """
+    if scenario.model.extractor_data != "dp":
+        return
+    if scenario.data.source in FITTED_ENCODER_SOURCES:
+        raise ConfigError(
+            f"extractor_data dp: the {scenario.data.source} encoder fits its statistics on "
+            "the clients' rows without noise, so the certificate could not cover the whole "
+            "model; use extractor_data public (the encoder fits on the pool) for this source",
+            "model.extractor_data",
+        )
+    if transport is not None and getattr(transport, "accountants", None) is None:
+        raise ConfigError(
+            f"extractor_data dp: transport {transport.name} keeps no DP accountant per client "
+            "across rounds",
+            "model.extractor_data",
+        )
+
+
+def dp_guarantee(scenario: Scenario, accountants: ClientAccountants) -> ExtractorGuarantee:
+    """The DP extractor's per-row ``(epsilon_x, delta_x)``: the max over clients.
+
+    A row lives on one client and only that client's DP-SGD reads it (FedAvg is
+    post-processing), so the extractor is ``(max_c epsilon_c, delta)``-DP per row
+    (:mod:`simulator.models.dp_fedavg`).
+    """
+    delta = scenario.model.dp.delta
+    return ExtractorGuarantee(accountants.max_epsilon(delta), delta)
+
+
 def load_dataset(scenario: Scenario) -> Dataset:
     """Load the scenario's source and check class ids against it.
 
@@ -353,18 +421,28 @@ def build_federation(
             "stream source 'kafka' is consumed by the Kafka adapter, not the in-process runner",
             "stream.source",
         )
+    check_dp_extractor(scenario, transport)
     told("loading the data")
     ds = load_dataset(scenario)
     shards, public = split_clients(scenario, ds)
     requests = deletion_stream(scenario, ds, shards)  # before training: its errors come first
     device = resolve_device(scenario.device)
+    provenance = scenario.model.extractor_data
+    accountants: ClientAccountants | None = None
+    if provenance == "dp":  # one per client, kept across every round (check_dp_extractor)
+        accountants = getattr(transport, "accountants", None) or ClientAccountants()
     if transport is None:
-        transport = InProcessTransport(scenario, ds, shards, device=device)
+        transport = InProcessTransport(scenario, ds, shards, device=device, accountants=accountants)
     local_round: LocalRound
-    if scenario.model.extractor_data == "public":
+    if provenance == "public":
         # the public pool never leaves the server: it trains as the only FedAvg "client"
         pool = ds.x_train[public]
         local_round = in_process_round(scenario, ds, [(pool, ds.y_train[public])], device=device)
+    elif provenance == "dp":
+        # the median bandwidth is fitted on rows no client holds (a client's row, read
+        # without noise, would leave the accountants' guarantee)
+        pool = ds.x_test
+        local_round = transport.local_round
     else:
         pool = ds.x_train[np.concatenate(shards)]
         local_round = transport.local_round
@@ -399,5 +477,9 @@ def build_federation(
         eval_sets,
         requests,
         probe.astype(np.int64),
+        extractor_guarantee=None if accountants is None else dp_guarantee(scenario, accountants),
+        extractor_epsilons={}
+        if accountants is None
+        else accountants.epsilons(scenario.model.dp.delta),
     )
     return Federation(data, clients, head_data, head, transport=transport)

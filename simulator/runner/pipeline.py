@@ -383,7 +383,9 @@ def receipt(
 ) -> DeletionReceipt:
     """The receipt of one validated request: rejected with ``reason``, or applied."""
     head = fed.head
-    scope = None if reason else fed.certificate_scope(head.epsilon_spent, rows=request_rows(req))
+    scope = (
+        None if reason else fed.certificate_scope(head.epsilon_spent, rows=request_rows(req, fed))
+    )
     return DeletionReceipt(
         request_id=req.request_id,
         status="rejected" if reason else "applied",
@@ -400,9 +402,18 @@ def receipt(
     )
 
 
-def request_rows(req: DeletionRequest) -> int:
-    """Rows a request names (1 for a withdrawal: a client-level guarantee counts it once)."""
-    return len(req.sample_ids) if req.sample_ids is not None else 1
+def request_rows(req: DeletionRequest, fed: Federation) -> int:
+    """Rows a request names; a withdrawal: every row of the client's shard.
+
+    The group ``k`` of the extractor's part (``simulator.head.scope``): a DP extractor is
+    DP per sample (``extractor_data: dp``), so a client's withdrawal is a group of all the
+    rows it trained on.
+    """
+    if req.sample_ids is not None:
+        return len(req.sample_ids)
+    client = req.client_id if req.client_id is not None else -1
+    shards = fed.client_indices
+    return max(1, len(shards[client])) if 0 <= client < len(shards) else 1
 
 
 def _event(

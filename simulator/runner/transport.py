@@ -28,6 +28,7 @@ from simulator.federation import (
     WeightReport,
 )
 from simulator.models import LocalUpdate, StateArrays
+from simulator.models.dp_fedavg import ClientAccountants
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.featurize import in_process_round
@@ -115,6 +116,7 @@ class InProcessTransport:
     scenario, dataset : the run.
     shards : global row ids of every client (``split_clients``).
     device : torch device for local training and features.
+    accountants : the clients' DP accountants under ``extractor_data: dp`` (else None).
     """
 
     name = "inprocess"
@@ -127,8 +129,11 @@ class InProcessTransport:
         shards: Sequence[IntArray],
         *,
         device: torch.device,
+        accountants: ClientAccountants | None = None,
     ) -> None:
         self._scenario = scenario
+        #: the clients' DP accountants (``extractor_data: dp``), kept across every round
+        self.accountants = accountants
         self._dataset = dataset
         self._shards = list(shards)
         self._device = device
@@ -148,7 +153,11 @@ class InProcessTransport:
         if self._round is None:
             pools = [(self._dataset.x_train[s], self._dataset.y_train[s]) for s in self._shards]
             self._round = in_process_round(
-                self._scenario, self._dataset, pools, device=self._device
+                self._scenario,
+                self._dataset,
+                pools,
+                device=self._device,
+                accountants=self.accountants,
             )
         return self._round(round_index, global_arrays)
 

@@ -33,6 +33,25 @@ from simulator.scenario._base import (
 Objective = Literal["paper", "stablenet", "class_conditional"]
 
 
+class ExtractorDpSpec(Section):
+    """DP-SGD of the extractor under ``extractor_data: dp`` (``simulator.models.dp_fedavg``).
+
+    The extractor's ``(epsilon, delta)`` is not a setting: every client's RDP accountant
+    computes it over all rounds at ``delta``; these keys fix the mechanism.
+    """
+
+    noise_multiplier: PositiveScale = Field(
+        default=1.0,
+        description="Gaussian noise std over the clipping norm (z of Abadi et al. 2016).",
+    )
+    max_grad_norm: PositiveScale = Field(
+        default=1.0, description="Per-sample gradient clipping norm C."
+    )
+    delta: float = Field(
+        default=1e-5, gt=0, lt=1, description="delta at which the accountants give epsilon."
+    )
+
+
 class ModelSpec(Section):
     """Feature extractor and its federated (FedAvg) training."""
 
@@ -52,11 +71,16 @@ class ModelSpec(Section):
     )
     batch_size: Rows = Field(default=64, description="Local minibatch size.")
     lr: PositiveScale = Field(default=1e-3, description="Extractor learning rate.")
-    extractor_data: Literal["private", "public"] = Field(
+    extractor_data: Literal["private", "public", "dp"] = Field(
         default="private",
         description="public: the extractor, the RFF bandwidth and the encoder's statistics "
         "come only from a held-out pool no client holds (certificate scope whole_model); "
+        "dp: DP-FedAvg (DP-SGD on every client, model.dp; scope whole_model, the accountants' "
+        "epsilon composed with the head's); "
         "private: trained on the clients' data (scope head: NOT certified for the extractor).",
+    )
+    dp: ExtractorDpSpec = Field(
+        default=ExtractorDpSpec(), description="DP-SGD settings (extractor_data: dp)."
     )
     public_fraction: float = Field(
         default=0.2,
@@ -86,8 +110,8 @@ class ModelSpec(Section):
 
     @property
     def certified_extractor(self) -> bool:
-        """Whether deletions cannot have influenced the extractor (public pool)."""
-        return self.extractor_data == "public"
+        """Whether the certificate covers the extractor (a public pool, or DP training)."""
+        return self.extractor_data in ("public", "dp")
 
 
 class RFFSpec(Section):

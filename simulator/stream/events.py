@@ -124,7 +124,8 @@ class DeletionReceipt(_Event):
     scope: Literal["head", "whole_model"] | None = Field(
         default=None,
         description="What the certificate covers: the linear head only (extractor_data "
-        "private) or the whole model (public: nothing before the head saw a client's row).",
+        "private, or a dp group too large for its delta) or the whole model (public: nothing "
+        "before the head saw a client's row; dp: a DP-SGD extractor).",
     )
     total_epsilon_spent: float | None = Field(
         default=None,
