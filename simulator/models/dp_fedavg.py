@@ -71,12 +71,13 @@ class DpSgdSettings:
             raise InputError(f"delta must lie in (0, 1), got {self.delta}")
 
 
-def _opacus() -> Any:
+def import_opacus(needed_by: str = "model.extractor_data: dp") -> Any:
+    """The ``opacus`` module, or a clear error naming what needs it and how to install it."""
     try:
         import opacus
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise DataUnavailableError(
-            "model.extractor_data: dp needs opacus: pip install '.[dpsgd]'"
+            f"{needed_by} needs opacus: pip install '.[dpsgd]' (torch stays at 2.13.0)"
         ) from exc
     return opacus
 
@@ -95,7 +96,7 @@ class ClientAccountants:
     def accountant(self, client: int) -> Any:
         """Client ``client``'s opacus ``RDPAccountant`` (created empty at its first round)."""
         if client not in self._live:
-            acc = _opacus().accountants.RDPAccountant()
+            acc = import_opacus().accountants.RDPAccountant()
             acc.history = [tuple(h) for h in self.histories.get(client, [])]
             self._live[client] = acc
         return self._live[client]
@@ -162,7 +163,7 @@ def check_dp_trainable(model: nn.Module) -> None:
         attention), or state that is not a trainable parameter (a buffer such as running
         statistics would be fitted on private rows without noise).
     """
-    opacus = _opacus()
+    opacus = import_opacus()
     problems = opacus.validators.ModuleValidator.validate(model, strict=False)
     if problems:
         raise ConfigError(
@@ -232,7 +233,7 @@ def dp_local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generators, 
             f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}"
         )
     check_dp_trainable(model)
-    opacus = _opacus()
+    opacus = import_opacus()
     model.to(device).train()
     data = TensorDataset(
         _as_tensor(x, model.input_kind, device), _labels(y, n, model.num_classes, device)

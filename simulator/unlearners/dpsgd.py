@@ -20,8 +20,9 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import DataLoader, TensorDataset
 
-from simulator.errors import ConfigError, DataUnavailableError
+from simulator.errors import ConfigError
 from simulator.models import ExtractorWithHead, load_arrays, seeded_rng, state_to_arrays
+from simulator.models.dp_fedavg import import_opacus
 from simulator.seeds import child_torch
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
 from simulator.unlearners.networks import as_input, build_network, device_of, network_proba
@@ -49,13 +50,7 @@ class DpsgdState:
 
 
 def _opacus() -> Any:
-    try:
-        import opacus
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DataUnavailableError(
-            "method 'dpsgd' needs opacus: pip install opacus (with a constraint torch==2.13.0)"
-        ) from exc
-    return opacus
+    return import_opacus("method 'dpsgd'")
 
 
 class DpSgd(BaseUnlearner[DpsgdConfig]):
