@@ -81,15 +81,33 @@ def measure(path: Path, timeout: float) -> dict[str, Any]:
         if done.returncode != 0:
             return {**row, "status": "failed", "within": False, "why": done.stderr[-500:]}
         final = json.loads((out / "metrics.json").read_text())
+        phases = stream_phases(out / "events.jsonl")
     ratio = seconds / row["estimate_seconds"]
     return {
         **row,
         "status": "ran",
         "setup_seconds": final.get("setup_seconds"),
         "stream_seconds": final.get("wall_seconds"),
+        "phases": phases,
         "ratio": ratio,
         "within": 1 / FACTOR <= ratio <= FACTOR,
     }
+
+
+def stream_phases(events: Path) -> dict[str, float]:
+    """Seconds of every timed phase summed over the run's deletion batches, and the counts
+    (``batches``, ``evaluated``: batches with an evaluation) the pre-flight model is fitted to."""
+    batches = [
+        e
+        for e in (json.loads(line) for line in events.read_text().splitlines())
+        if e.get("event") == "deletion_batch"
+    ]
+    out: dict[str, float] = {"batches": len(batches)}
+    out["evaluated"] = sum("evaluation" in e.get("timings", {}) for e in batches)
+    for e in batches:
+        for key, value in e.get("timings", {}).items():
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
