@@ -168,3 +168,28 @@ def test_a_ready_file_that_is_not_a_consumers_is_refused(tmp_path: Path) -> None
     check_ready_file(str(tmp_path / "absent"))
     check_ready_file(None)
     assert mine.read_text() == "mine"
+
+
+def test_the_time_estimate_counts_a_batch_per_tick() -> None:
+    """The stream is applied tick by tick: the quickstart's 30 ticks are 30 batches (its run
+    makes 30), not its requests over ``max_batch_requests`` (6.5), and each batch costs time."""
+    from simulator.scenario.preflight import _stream_batches
+
+    sc = scenario()
+    assert 28 <= _stream_batches(sc) <= 32
+    one_batch_a_tick = estimate(sc).seconds
+    fewer = estimate(scenario("stream.max_batch_requests=1000")).seconds
+    assert one_batch_a_tick == pytest.approx(fewer)  # the cap splits nothing here
+    longer = estimate(scenario("stream.phases.0.ticks=20")).seconds
+    assert longer > one_batch_a_tick + 10 * 0.2  # ten more ticks, ten more batches
+
+
+def test_the_time_estimate_counts_the_start_references() -> None:
+    """LiRA's reference heads are trained when the run starts as well as at each checkpoint."""
+    from simulator.scenario.preflight import _reference_trainings
+
+    sc = scenario()
+    checkpoints, lira = len(sc.evaluation.checkpoints), sc.evaluation.lira_references
+    assert _reference_trainings(sc) == checkpoints + 0.5 * lira * (checkpoints + 1)
+    no_lira = scenario("evaluation.attacks=[loss]")
+    assert _reference_trainings(no_lira) == checkpoints

@@ -35,7 +35,7 @@ MEMORY_HEADROOM = 0.8
 #: Rough sustained floating-point throughput used for the time estimate (2 CPU cores, BLAS).
 FLOPS_PER_SECOND = 2e10
 #: Seconds of start-up (imports, data loading) and of one deletion batch apart from its flops.
-STARTUP_SECONDS = 5.0
+STARTUP_SECONDS = 7.0
 BATCH_SECONDS = 0.3
 #: Newton iterations assumed for one head training.
 NEWTON_ITERATIONS = 10
@@ -219,6 +219,41 @@ def _stream_requests(scenario: Scenario) -> float:
     return total
 
 
+def _stream_batches(scenario: Scenario) -> float:
+    """Expected number of deletion batches.
+
+    The stream is applied tick by tick, so every tick with a request (a Poisson count: the
+    share ``1 - exp(-rate)`` of a phase's ticks) is at least one batch, ``max_batch_requests``
+    splits a larger one, and a withdrawal is a removal of its own. (Requests divided by
+    ``max_batch_requests`` undercounted the quickstart's 30 batches as 6.5.)
+    """
+    cap = scenario.stream.max_batch_requests
+    total = float(len(scenario.stream.withdrawals))
+    for phase in scenario.stream.phases:
+        burst_ticks = 0 if phase.burst is None else math.ceil(phase.ticks / phase.burst.every)
+        plain = phase.ticks - burst_ticks
+        total += plain * (1.0 - math.exp(-phase.rate)) * max(1.0, math.ceil(phase.rate / cap))
+        if phase.burst is not None:
+            total += burst_ticks * math.ceil((phase.rate + phase.burst.size) / cap)
+    return max(1.0, total)
+
+
+def _reference_trainings(scenario: Scenario) -> float:
+    """Head trainings besides the model's own, in units of one on all training rows.
+
+    A retrained reference at every checkpoint (all rows), and with the LiRA attack its
+    ``lira_references`` reference heads (each on half the rows) when the run starts and at every
+    checkpoint (``simulator/metrics/lira.py``; the stream's ``monitor_start``,
+    ``lira_references`` and ``reference`` phases).
+    """
+    ev = scenario.evaluation
+    checkpoints = len(ev.checkpoints)
+    trainings = float(checkpoints if ev.retrain_reference else 0)
+    if "lira" in ev.attacks:
+        trainings += 0.5 * ev.lira_references * (checkpoints + 1)
+    return trainings
+
+
 def estimate(scenario: Scenario) -> Estimate:
     r"""Peak memory (by term) and a rough run time from the scenario's sizes.
 
@@ -298,14 +333,10 @@ def estimate(scenario: Scenario) -> Estimate:
     head_flops = NEWTON_ITERATIONS * k * (n_train * d * d + d**3 / 3)
     extractor_flops = 6.0 * params * n_train * model.rounds * model.local_epochs
     rff_flops = 2.0 * n * h * d
-    batches = max(1.0, _stream_requests(scenario) / scenario.stream.max_batch_requests)
+    batches = _stream_batches(scenario)
     batch_flops = k * (d * d * 60 + 4 * n_test * d) * batches
-    references = (
-        len(scenario.evaluation.checkpoints) if scenario.evaluation.retrain_reference else 0
-    )
-    if "lira" in scenario.evaluation.attacks:
-        references *= 1 + scenario.evaluation.lira_references
-    flops = head_flops * (1 + references) + extractor_flops + rff_flops + batch_flops
+    flops = head_flops * (1 + _reference_trainings(scenario))
+    flops += extractor_flops + rff_flops + batch_flops
     # fixed costs: start-up, and the Python work of one batch (evaluation, receipts, events)
     overhead = STARTUP_SECONDS + BATCH_SECONDS * batches
     return Estimate(terms, flops / FLOPS_PER_SECOND + overhead)
