@@ -432,10 +432,10 @@ class CertifiedHead:
         """
         rule = RULES[self.config.accounting]
         previous = 0.0 if rule.anchors and self._anchor_fresh else self._cumulative
-        step = rule.charge(previous, release.residuals)
         if rule.knows_gradient:
             release = self._correct(release, timings)
             return rule.charge(previous, release.residuals), release
+        step = rule.charge(previous, release.residuals)
         if not rule.anchors:
             return step, release
         if step.cumulative <= self.budget:
