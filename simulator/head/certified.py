@@ -78,6 +78,11 @@ STATE_VERSION = 2
 #: Correction steps bring a measured residual below this share of the budget, leaving the rest
 #: for the cheap steps that follow before the next anchor (:meth:`CertifiedHead._correct`).
 CORRECTION_TARGET = 0.5
+#: Relative residual of a correction step's solve. The step's error is measured, not bounded
+#: (:meth:`CertifiedHead._correct`), and the Hessian it solves with is the reference point's,
+#: itself only an approximation of the current one: a tighter solve buys nothing but
+#: conjugate-gradient steps (with bulk rows, ``solver.py``).
+CORRECTION_RTOL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -472,7 +477,8 @@ class CertifiedHead:
             while passes < limit and lowest > target:
                 passes += 1
                 assert best.gradient is not None
-                W = best.W - self._solver.solve(best.gradient, floor=floor).step
+                solved = self._solver.solve(best.gradient, floor=floor, rtol=CORRECTION_RTOL)
+                W = best.W - solved.step
                 gradient = self._gradient_exact(W)
                 exact = stacked_norm(self._norms(gradient))
                 if not exact < lowest:  # no progress (or NaN): keep the best measured head

@@ -115,6 +115,8 @@ def expand(
     ids: list[int] = []
     rejected: dict[str, str] = {}
     seen: set[int] = set()
+    named = [int(i) for req in batch if req.client_id is None for i in req.sample_ids or []]
+    unknown = set(holdings.unknown_ids(named))  # one look-up for the batch, not per request
     for req in batch:
         if req.client_id is not None:
             rows = holdings.client_rows(req.client_id)
@@ -124,7 +126,7 @@ def expand(
             wanted = [i for i in rows if i not in seen]
         else:
             wanted = [int(i) for i in req.sample_ids or []]
-            bad = holdings.unknown_ids(wanted) or [i for i in wanted if i in seen]
+            bad = [i for i in wanted if i in unknown] or [i for i in wanted if i in seen]
             if bad:
                 rejected[req.request_id] = f"unknown or already deleted sample ids: {bad[:5]}"
                 continue

@@ -1,0 +1,125 @@
+"""Bulk rows: large batches left out of the factor and solved by conjugate gradients.
+
+Against the slow reference (the Hessians materialised and solved directly): the same matrices,
+the same solutions, no factorisation until the bulk is folded; a restore is bit-exact.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+from support.heads import planted_problem
+
+from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData
+
+D, K = 24, 3
+
+
+def spd(rng: np.random.Generator) -> np.ndarray:
+    A = rng.normal(size=(K, D, D))
+    return A @ A.transpose(0, 2, 1) + 40 * np.eye(D)
+
+
+def batch(rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray]:
+    return rng.normal(size=(m, D)) * 0.4, rng.uniform(0.0, 0.25, size=(m, K))
+
+
+def downdated(target: np.ndarray, rows: np.ndarray, coef: np.ndarray, mu: float) -> np.ndarray:
+    return target - np.einsum("jk,ja,jb->kab", coef, rows, rows) - mu * np.eye(D)
+
+
+def test_large_batches_stay_out_of_the_factor_and_solve_exactly() -> None:
+    rng = np.random.default_rng(0)
+    H = spd(rng)
+    solver = HessianSolver(H, max_pending_rows=8)
+    target = H.copy()
+    for m in (3, 20, 1, 30):  # Woodbury rows, then a large batch takes them into the bulk
+        rows, coef = batch(rng, m)
+        solver.downdate_rows(rows, coef, diagonal=0.05)
+        target = downdated(target, rows, coef, 0.05)
+        g = rng.normal(size=(D, K))
+        res = solver.solve(g, floor=1.0)
+        for c in range(K):
+            exact = np.linalg.solve(target[c], g[:, c])
+            error = np.linalg.norm(res.step[:, c] - exact)  # <= ||H^-1|| residual
+            assert error <= res.residual_norms[c] / np.linalg.eigvalsh(target[c])[0] * 1.01
+        true = np.linalg.norm(g.T - np.einsum("kab,bk->ka", target, res.step), axis=1)
+        np.testing.assert_allclose(res.residual_norms, true, rtol=1e-6, atol=1e-12)
+        assert np.all(true <= solver.rtol * np.linalg.norm(g, axis=0) * (1 + 1e-9))
+    assert solver.bulk_rows == 54  # 3 Woodbury rows + 20, then 1 + 30: all in the bulk
+    assert solver.factorisations == 1  # never refactorised
+    np.testing.assert_allclose(solver.hessians, target, atol=1e-10)
+
+
+def test_bulk_past_its_limit_is_folded() -> None:
+    rng = np.random.default_rng(1)
+    H = spd(rng)
+    solver = HessianSolver(H, max_pending_rows=8, max_bulk_rows=50)
+    target = H.copy()
+    for m in (30, 30):  # the second batch would make 60 > 50 bulk rows: everything folds
+        rows, coef = batch(rng, m)
+        solver.downdate_rows(rows, coef)
+        target = downdated(target, rows, coef, 0.0)
+        solver.solve(rng.normal(size=(D, K)))
+    assert solver.bulk_rows == 0
+    assert solver.factorisations == 2
+    np.testing.assert_allclose(solver.hessians, target, atol=1e-10)
+
+
+def test_slow_convergence_folds_the_bulk_at_the_next_batch() -> None:
+    rng = np.random.default_rng(2)
+    # a batch holding most of the curvature: the stale factor preconditions it poorly
+    rows = rng.normal(size=(D, D))
+    coef = np.full((D, K), 0.9)
+    H = spd(rng) + np.einsum("jk,ja,jb->kab", coef, rows, rows)
+    solver = HessianSolver(H, max_pending_rows=8, bulk_iterations=4)
+    solver.downdate_rows(rows, coef)
+    res = solver.solve(rng.normal(size=(D, K)))
+    assert res.refinements > 2  # more than half of bulk_iterations
+    assert solver.bulk_rows == D
+    rows2, coef2 = batch(rng, 20)
+    solver.downdate_rows(rows2, coef2)
+    assert solver.bulk_rows == 0  # folded instead of joining the bulk
+    expected = downdated(downdated(H, rows, coef, 0.0), rows2, coef2, 0.0)
+    np.testing.assert_allclose(solver.hessians, expected, atol=1e-8)
+
+
+def test_restore_with_bulk_rows_is_bit_exact() -> None:
+    rng = np.random.default_rng(3)
+    solver = HessianSolver(spd(rng), max_pending_rows=8)
+    for m in (2, 25):
+        solver.downdate_rows(*batch(rng, m), diagonal=0.1)
+    g = rng.normal(size=(D, K))
+    twin = HessianSolver(spd(np.random.default_rng(99)), max_pending_rows=8)
+    twin.load_state_dict(solver.state_dict())
+    copied = pickle.loads(pickle.dumps(solver))
+    rows, coef = batch(rng, 15)
+    expected = solver.solve(g).step
+    for other in (twin, copied):
+        assert other.bulk_rows == 27
+        np.testing.assert_array_equal(other.solve(g).step, expected)
+        other.downdate_rows(rows, coef)
+    solver.downdate_rows(rows, coef)
+    np.testing.assert_array_equal(twin.solve(g).step, solver.solve(g).step)
+
+
+@pytest.mark.parametrize("accounting", ["anchored", "exact"])
+def test_certified_batches_with_bulk_rows_match_the_folded_head(accounting: str) -> None:
+    """The same removals with bulk rows and with every batch folded: same heads, same charges."""
+    X, y = planted_problem(1200, 40, 3, seed=4)
+    cfg = HeadConfig(lam=1e-3, sigma=1.0, epsilon=1.0, delta=1e-4, accounting=accounting)
+    heads = []
+    for bulk in (True, False):
+        head = CertifiedHead(LocalHeadData(X, y, 3), cfg, rng=np.random.default_rng(4))
+        head._solver.max_pending_rows = 8
+        if not bulk:
+            head._solver.max_bulk_rows = 0
+        heads.append(head)
+    order = np.random.default_rng(5).permutation(1200)
+    for start in range(0, 200, 40):
+        ids = [int(i) for i in order[start : start + 40]]
+        a, b = (h.remove(ids) for h in heads)
+        assert a.retrained == b.retrained
+        assert a.cumulative == pytest.approx(b.cumulative, rel=1e-4, abs=1e-9)
+    assert heads[0]._solver.bulk_rows > 0 and heads[1]._solver.bulk_rows == 0
+    np.testing.assert_allclose(heads[0].W, heads[1].W, rtol=1e-5, atol=1e-8)
