@@ -36,7 +36,7 @@ from simulator.head.scope import PROVENANCES, SCOPES
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
-RETRAIN_REASONS = ("budget", "method", "requested")
+RETRAIN_REASONS = ("budget", "method", "requested", "extractor_limit")
 DEAD_LETTER_REASONS = ("malformed", "oversized", "schema", "other")
 UNAUTHORISED_REASONS = ("bad_signature", "not_owner", "rate_limited", "other")
 GAP_ACTIONS = ("fail", "replay", "skip")
