@@ -73,5 +73,7 @@ def train_dp_generation(
     sc = generation_scenario(scenario, generation)
     accountants = ClientAccountants()
     local_round = in_process_round(sc, dataset, pools, device=device, accountants=accountants)
-    featurizer = train_featurizer(sc, dataset, dataset.x_test, local_round=local_round, device=device)
+    featurizer = train_featurizer(
+        sc, dataset, dataset.x_test, local_round=local_round, device=device
+    )
     return featurizer, accountants

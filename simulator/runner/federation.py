@@ -445,14 +445,14 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
             "model; use extractor_data public (the encoder fits on the pool) for this source",
             "model.extractor_data",
         )
-    if scenario.model.dp.extractor_epsilon_limit is not None and transport is not None:
-        if transport.name != "inprocess":
-            raise ConfigError(
-                f"model.dp.extractor_epsilon_limit: transport {transport.name} cannot retrain "
-                "the extractor mid-stream (a Flower client rebuilds its shard from the "
-                "scenario and would need its retained ids); use transport inprocess",
-                "model.dp.extractor_epsilon_limit",
-            )
+    limited = scenario.model.dp.extractor_epsilon_limit is not None
+    if limited and transport is not None and transport.name != "inprocess":
+        raise ConfigError(
+            f"model.dp.extractor_epsilon_limit: transport {transport.name} cannot retrain "
+            "the extractor mid-stream (a Flower client rebuilds its shard from the "
+            "scenario and would need its retained ids); use transport inprocess",
+            "model.dp.extractor_epsilon_limit",
+        )
     if transport is not None and getattr(transport, "accountants", None) is None:
         raise ConfigError(
             f"extractor_data dp: transport {transport.name} keeps no DP accountant per client "
