@@ -103,9 +103,7 @@ def test_the_whole_model_is_retrained_at_the_batch_the_rule_names(
         else:
             k += event["samples"]
         assert receipt["scope"] == "whole_model", event["batch"]
-        assert receipt["total_epsilon_spent"] == pytest.approx(
-            receipt["epsilon_spent"] + k * eps
-        )
+        assert receipt["total_epsilon_spent"] == pytest.approx(receipt["epsilon_spent"] + k * eps)
         assert event["certificate"]["scope"] == "whole_model"
     assert retrains >= 2 and retrains < len(removing)
     assert any(e["samples"] > 1 for e in removing)  # the withdrawal: a vacuous group alone

@@ -352,8 +352,10 @@ class MetricsExporter:
         scope, provenance = e.get("scope"), e.get("extractor_data")
         if scope not in SCOPES:
             return
-        if provenance in PROVENANCES:
-            self.m["cr_scope_info"].labels(scope=scope, extractor_data=provenance).set(1)
+        if provenance in PROVENANCES:  # one scope at a time: a dp run's may change mid-stream
+            for other in SCOPES:
+                info = self.m["cr_scope_info"].labels(scope=other, extractor_data=provenance)
+                info.set(1.0 if other == scope else 0.0)
         if scope == "head":  # the extractor has no guarantee: the whole model's is vacuous
             self.m["cr_total_epsilon_spent"].set(math.inf)
             self.m["cr_total_delta"].set(_f(e.get("delta")))
