@@ -129,6 +129,7 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) ->
 
     va, vb = samples(ours), samples(theirs)
     assert names(va) <= names(vb)  # Kafka adds its own counters, never fewer
+    scope = "whole_model" if provenance == "public" else "head"  # dp: vacuous by the end
     for v in (va, vb):  # the scope on the scrape, both paths
         info = {k: x for k, x in v.items() if k.startswith("unlearn_cr_scope_info{")}
         on = {k for k, x in info.items() if x == 1}
