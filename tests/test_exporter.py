@@ -34,6 +34,7 @@ ALLOWED = {
         "budget",
         "method",
         "requested",
+        "extractor_limit",
         "malformed",
         "oversized",
         "schema",

@@ -36,7 +36,7 @@ from simulator.head.scope import PROVENANCES, SCOPES
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
-RETRAIN_REASONS = ("budget", "method", "requested")
+RETRAIN_REASONS = ("budget", "method", "requested", "extractor_limit")
 DEAD_LETTER_REASONS = ("malformed", "oversized", "schema", "other")
 UNAUTHORISED_REASONS = ("bad_signature", "not_owner", "rate_limited", "other")
 GAP_ACTIONS = ("fail", "replay", "skip")
@@ -352,8 +352,10 @@ class MetricsExporter:
         scope, provenance = e.get("scope"), e.get("extractor_data")
         if scope not in SCOPES:
             return
-        if provenance in PROVENANCES:
-            self.m["cr_scope_info"].labels(scope=scope, extractor_data=provenance).set(1)
+        if provenance in PROVENANCES:  # one scope at a time: a dp run's may change mid-stream
+            for other in SCOPES:
+                info = self.m["cr_scope_info"].labels(scope=other, extractor_data=provenance)
+                info.set(1.0 if other == scope else 0.0)
         if scope == "head":  # the extractor has no guarantee: the whole model's is vacuous
             self.m["cr_total_epsilon_spent"].set(math.inf)
             self.m["cr_total_delta"].set(_f(e.get("delta")))

@@ -95,12 +95,15 @@ def compose(
 
     The module docstring's composition; None when the extractor has no guarantee, or when
     the group's ``delta_total`` reaches 1 (``k`` too large for the extractor's ``delta_x``:
-    the bound is vacuous, so only the head is certified for that request).
+    the bound is vacuous, so only the head is certified for that request). ``rows`` 0: no
+    row the extractor read was removed (it was retrained since), the head's own guarantee.
     """
-    if rows < 1:
-        raise InputError(f"a request covers at least one row, got {rows}")
+    if rows < 0:
+        raise InputError(f"a group has at least zero rows, got {rows}")
     if extractor.epsilon is None:
         return None
+    if rows == 0:
+        return head_epsilon, head_delta
     eps_x, delta_x = float(extractor.epsilon), float(extractor.delta)
     group_delta = 0.0
     if delta_x:

@@ -221,7 +221,8 @@ class Happened:
     ----------
     removing : batches that removed samples.
     certified : of those, the batches kept as one certified update (no retrain).
-    retrains : retrains by reason (``budget``, ``method``, ``client_failed``), zeros left out.
+    retrains : retrains by reason (``budget``, ``method``, ``client_failed``,
+        ``extractor_limit``), zeros left out.
     peak : the largest charge of the released head over the run, as a share of the budget
         (NaN without a certified batch).
     final : the charge at the end, as a share of the budget.
@@ -259,7 +260,7 @@ def happened(batches: list[dict[str, Any]], end: dict[str, Any]) -> Happened:
     removing = [b for b in batches if b.get("samples")]
     reasons = {
         reason: int(end.get(f"retrains_{reason}", 0) or 0)
-        for reason in ("budget", "method", "client_failed")
+        for reason in ("budget", "method", "client_failed", "extractor_limit")
     }
     used = [
         float(b["budget_used_ratio"])

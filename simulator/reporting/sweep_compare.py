@@ -143,7 +143,7 @@ def phase_values(run: RunSummary) -> dict[tuple[str, str], float]:
     final = run.final
     for name, key in RUN_METRICS:
         if key == "retrains":
-            reasons = ("budget", "method", "client_failed")
+            reasons = ("budget", "method", "client_failed", "extractor_limit")
             out[WHOLE_RUN, name] = float(sum(int(final.get(f"retrains_{r}") or 0) for r in reasons))
             continue
         value: Any = final

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
@@ -22,6 +22,7 @@ from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets
+from simulator.runner.extractor_refit import retained_pools, train_dp_generation
 from simulator.runner.featurize import in_process_round, train_featurizer
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
@@ -91,8 +92,45 @@ class _FromData(Generic[T]):
         raise AttributeError(f"{self.name} is part of the federation's fixed data")
 
 
-#: Version of :meth:`Federation.state_dict`'s layout.
-STATE_VERSION = 1
+#: Version of :meth:`Federation.state_dict`'s layout (2: the extractor's generation).
+STATE_VERSION = 2
+
+
+@dataclass
+class ExtractorRecord:
+    """What the extractor has seen: its generation and the rows removed since it was trained.
+
+    Attributes
+    ----------
+    generation : 0 for the extractor of the build; +1 at each retrain from scratch on the
+        retained rows (``model.dp.extractor_epsilon_limit``).
+    rows_since : rows removed from the federation since this extractor was trained (the group
+        ``k`` of its part of the certificate, :mod:`simulator.head.scope`).
+    trained_on : each live client's rows this extractor was trained on (None: the build's
+        shards); what a saved state replays it from.
+    """
+
+    generation: int = 0
+    rows_since: int = 0
+    trained_on: dict[int, IntArray] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (the rows as int64 arrays)."""
+        shards = self.trained_on or {}
+        return {
+            "generation": self.generation,
+            "rows_since": self.rows_since,
+            "trained_on": {str(c): np.asarray(r, dtype=np.int64) for c, r in shards.items()},
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any] | None) -> ExtractorRecord:
+        """The record :meth:`state_dict` wrote (None, a version-1 state: generation 0)."""
+        if state is None:
+            return cls()
+        generation = int(state["generation"])
+        shards = {int(c): np.asarray(r, dtype=np.int64) for c, r in state["trained_on"].items()}
+        return cls(generation, int(state["rows_since"]), shards if generation else None)
 
 
 class Federation:
@@ -121,6 +159,8 @@ class Federation:
         self.transport = transport
         #: clients that failed and left the federation, with the reason
         self.excluded: dict[int, str] = {}
+        #: the extractor's generation and the rows removed since it was trained
+        self.extractor = ExtractorRecord()
 
     scenario = _FromData[Scenario]()
     dataset = _FromData[Dataset]()
@@ -139,8 +179,14 @@ class Federation:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def exclude(self, client_id: int, reason: str) -> None:
-        """A client failed: it leaves the federation (the caller retrains the head)."""
-        self.clients.pop(client_id, None)
+        """A client failed: it leaves the federation (the caller retrains the head).
+
+        Its retained rows leave ``D'`` too: the extractor read them, so they join the rows
+        removed since it was trained.
+        """
+        leaving = self.clients.pop(client_id, None)
+        if leaving is not None:
+            self.extractor.rows_since += len(leaving.retained_ids)
         self.head_data.exclude(client_id, reason)
         self.excluded[client_id] = reason
         if self.transport is not None:
@@ -157,30 +203,37 @@ class Federation:
         """Whether the certificate covers the extractor: a public pool, or DP-SGD (``dp``)."""
         return self.scenario.model.certified_extractor
 
-    def certificate_scope(self, head_epsilon: float, *, rows: int = 1) -> CertificateScope:
+    def certificate_scope(
+        self, head_epsilon: float, *, rows: int | None = None
+    ) -> CertificateScope:
         """What a head certificate of ``head_epsilon`` covers, and the whole model's total.
 
-        ``rows``: the request's rows (a DP extractor's group epsilon grows with them). Under
-        ``extractor_data: dp`` the extractor's part is its accountants' guarantee.
+        ``rows``: the group ``k`` of the extractor's part; default: every row removed since
+        the extractor was trained (``extractor.rows_since``): the released model is compared
+        with one trained from scratch without all of them, so a DP extractor's group epsilon
+        grows with them. Under ``extractor_data: dp`` the extractor's part is its
+        accountants' guarantee.
         """
         return certificate_scope(
             self.scenario.model.extractor_data,
             head_epsilon,
             self.scenario.head.delta,
-            rows=rows,
+            rows=self.extractor.rows_since if rows is None else rows,
             extractor=self.extractor_guarantee,
         )
 
     def scope_fields(self, head_epsilon: float) -> dict[str, Any]:
         """An event's scope keys (the totals None under scope ``head``).
 
-        ``scope``, ``extractor_data``, ``total_epsilon_spent``, ``total_epsilon_target`` and
-        ``total_delta`` (for one row); under ``extractor_data: dp`` also the extractor's own
-        per-row ``extractor_epsilon`` / ``extractor_delta`` and each client's epsilon
-        (``extractor_client_epsilons``).
+        ``scope``, ``extractor_data``, ``total_epsilon_spent`` and ``total_delta`` (over the
+        rows removed since the extractor was trained), ``total_epsilon_target`` (the head's
+        target and one row); under ``extractor_data: dp`` also the extractor's own per-row
+        ``extractor_epsilon`` / ``extractor_delta``, each client's epsilon
+        (``extractor_client_epsilons``), ``extractor_rows`` (the group ``k``) and
+        ``extractor_generation``.
         """
         spent = self.certificate_scope(head_epsilon)
-        target = self.certificate_scope(self.scenario.head.epsilon)
+        target = self.certificate_scope(self.scenario.head.epsilon, rows=1)
         fields: dict[str, Any] = {
             "scope": spent.scope,
             "extractor_data": spent.extractor_data,
@@ -195,7 +248,63 @@ class Federation:
             fields["extractor_client_epsilons"] = {
                 str(c): e for c, e in sorted(self.data.extractor_epsilons.items())
             }
+            fields["extractor_rows"] = self.extractor.rows_since
+            fields["extractor_generation"] = self.extractor.generation
         return fields
+
+    # ------------------------------------------------------- extractor retrain
+    def retrain_extractor(self, trained_on: dict[int, IntArray], generation: int) -> None:
+        """Train the DP extractor of ``generation`` from scratch on ``trained_on`` and rebuild.
+
+        Everything downstream of the extractor is rebuilt from it, as at the build: the RFF
+        map, the training rows' features and the evaluation sets on the server, and every
+        live client's head rows and weights (new clients holding ``trained_on``); the head
+        now reads them but is not retrained here (the caller does,
+        :mod:`simulator.runner.extractor_limit`). The clients' accountants start empty
+        (:mod:`simulator.runner.extractor_refit`), and no removed row is charged any more.
+
+        Raises
+        ------
+        ConfigError
+            Not ``extractor_data: dp`` on the in-process transport.
+        """
+        sc, ds = self.scenario, self.dataset
+        transport = self.transport
+        if sc.model.extractor_data != "dp" or not isinstance(transport, InProcessTransport):
+            raise ConfigError(
+                "the extractor is retrained mid-stream only under extractor_data dp on the "
+                "in-process transport",
+                "model.dp.extractor_epsilon_limit",
+            )
+        device = resolve_device(sc.device)
+        pools = retained_pools(ds, trained_on, len(self.client_indices))
+        featurizer, accountants = train_dp_generation(
+            sc, ds, pools, generation=generation, device=device
+        )
+        transport.accountants = accountants
+        empty = np.zeros(0, dtype=np.int64)
+        shards = [trained_on.get(c, empty) for c in range(len(self.client_indices))]
+        opened = transport.open_clients(featurizer, shards)
+        for cid in self.excluded:
+            transport.exclude(cid)
+        self.clients = {c: client for c, client in opened.items() if c not in self.excluded}
+        self.head_data = FederatedHeadData(
+            self.clients,
+            client_owner(self.client_indices),
+            dim=self.head_data.dim,
+            num_classes=ds.num_classes,
+            fanout=transport.fanout,
+        )
+        self.head.data = self.head_data
+        self.data = replace(
+            self.data,
+            featurizer=featurizer,
+            train_features=featurizer(ds.x_train),
+            eval_sets=build_eval_sets(sc, ds, featurizer, child_rng(sc.seed, "ood")),
+            extractor_guarantee=dp_guarantee(sc, accountants),
+            extractor_epsilons=accountants.epsilons(sc.model.dp.delta),
+        )
+        self.extractor = ExtractorRecord(generation, 0, dict(trained_on))
 
     # ------------------------------------------------------------- save/load
     def state_dict(self) -> dict[str, Any]:
@@ -219,10 +328,15 @@ class Federation:
             "head": self.head.state_dict(),
             "clients": clients,
             "excluded": {str(c): r for c, r in sorted(self.excluded.items())},
+            "extractor": self.extractor.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install a :meth:`state_dict` into this federation, built from the same scenario.
+
+        A state saved after the extractor was retrained (generation > 0) replays that
+        retrain first (:meth:`retrain_extractor` on the saved rows: the same generation's
+        seed gives the same extractor), then installs the clients and the head.
 
         Raises
         ------
@@ -235,6 +349,10 @@ class Federation:
         for cid, reason in state["excluded"].items():
             if int(cid) not in self.excluded:
                 self.exclude(int(cid), str(reason))
+        record = ExtractorRecord.from_state_dict(state.get("extractor"))
+        if record.generation != self.extractor.generation and record.trained_on is not None:
+            self.retrain_extractor(record.trained_on, record.generation)
+        self.extractor = record
         saved = {int(c) for c in state["clients"]}
         if saved != set(self.clients):
             raise InputError(f"saved clients {sorted(saved)} != live {sorted(self.clients)}")
@@ -315,7 +433,8 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
     ------
     ConfigError
         A source whose encoder fits statistics on the clients' rows (not DP: the whole-model
-        certificate would not hold), or a transport that keeps no accountant across rounds.
+        certificate would not hold), a transport that keeps no accountant across rounds, or
+        ``model.dp.extractor_epsilon_limit`` on a transport other than the in-process one.
     """
     if scenario.model.extractor_data != "dp":
         return
@@ -325,6 +444,14 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
             "the clients' rows without noise, so the certificate could not cover the whole "
             "model; use extractor_data public (the encoder fits on the pool) for this source",
             "model.extractor_data",
+        )
+    limited = scenario.model.dp.extractor_epsilon_limit is not None
+    if limited and transport is not None and transport.name != "inprocess":
+        raise ConfigError(
+            f"model.dp.extractor_epsilon_limit: transport {transport.name} cannot retrain "
+            "the extractor mid-stream (a Flower client rebuilds its shard from the "
+            "scenario and would need its retained ids); use transport inprocess",
+            "model.dp.extractor_epsilon_limit",
         )
     if transport is not None and getattr(transport, "accountants", None) is None:
         raise ConfigError(
@@ -343,6 +470,11 @@ def dp_guarantee(scenario: Scenario, accountants: ClientAccountants) -> Extracto
     """
     delta = scenario.model.dp.delta
     return ExtractorGuarantee(accountants.max_epsilon(delta), delta)
+
+
+def client_owner(shards: list[IntArray]) -> dict[int, int]:
+    """Global sample id -> the client whose shard holds it (deleted rows included)."""
+    return {int(i): c for c, rows in enumerate(shards) for i in rows}
 
 
 def load_dataset(scenario: Scenario) -> Dataset:
@@ -453,9 +585,12 @@ def build_federation(
     Z = featurizer(ds.x_train)  # the simulator's evaluation view (forget/retain splits)
     told("fitting the clients' weights and training the head")
     clients = transport.open_clients(featurizer, shards)
-    owner = {int(i): c for c, rows in enumerate(shards) for i in rows}
     head_data = FederatedHeadData(
-        clients, owner, dim=Z.shape[1], num_classes=ds.num_classes, fanout=transport.fanout
+        clients,
+        client_owner(shards),
+        dim=Z.shape[1],
+        num_classes=ds.num_classes,
+        fanout=transport.fanout,
     )
     head = CertifiedHead(
         head_data,

@@ -110,6 +110,25 @@ class RunMonitor:
         monitor.refresh_references(0)
         return monitor
 
+    def rebase(self, index: int) -> float:
+        """The extractor was retrained (``extractor_limit``): re-freeze what read its features.
+
+        The MMD bandwidth (median heuristic on the retained rows' new features) and the LiRA
+        reference heads (trained again on the new features) follow the new extractor; the
+        online detectors start again (the model changed by construction: a jump in its
+        accuracy or MIA stream is not drift). What reads no feature stays: the holdout and
+        test halves, the label distributions at the start and the start's predicted-label
+        distribution (labels compare across extractors). Returns seconds.
+        """
+        fed = self.fed
+        spec = fed.scenario.evaluation
+        rng = child_rng(fed.scenario.seed, "metrics", "extractor", index)
+        rows = fed.head_data_retained()
+        self.bandwidth = median_bandwidth(fed.train_features[rows], rng=rng, max_samples=1000)
+        if spec.detectors:
+            self.changes = ChangeMonitor(DETECTOR_STREAMS, detectors=spec.detectors)
+        return self.refresh_references(index)
+
     def refresh_references(self, index: int) -> float:
         """(Re)train the LiRA reference heads on the retained rows; returns seconds."""
         fed = self.fed

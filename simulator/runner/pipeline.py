@@ -12,7 +12,10 @@
 3. with ``min_rows`` > 1 holds the requests of clients whose rows in the batch are fewer
    (returned as held, answered in a later batch; docs/security.md);
 4. removes the accepted ids as the scenario's method does (:mod:`simulator.methods`: one
-   certified Newton step or a retrain when the budget would be exceeded; ``retrain_head``);
+   certified Newton step or a retrain when the budget would be exceeded; ``retrain_head``),
+   or, under ``extractor_data: dp`` when the extractor's group charge would pass
+   ``model.dp.extractor_epsilon_limit``, retrains the whole model from scratch on the
+   retained rows (:mod:`simulator.runner.extractor_limit`, reason ``extractor_limit``);
 5. survives client failures: the failed clients leave the federation, the head is retrained
    from scratch on the others, and each request is ``applied`` only if every one of its rows
    was confirmed deleted (else ``rejected`` naming the failed client);
@@ -39,7 +42,6 @@ from typing import Any, Literal
 
 from simulator.errors import ClientUnavailableError
 from simulator.head import RemovalReport
-from simulator.methods import streaming_method
 from simulator.runner.admission import BatchPlace, batch_place, unappliable
 from simulator.runner.batch_metrics import (
     certificate_section,
@@ -47,6 +49,7 @@ from simulator.runner.batch_metrics import (
     removal_fields,
     weight_reports,
 )
+from simulator.runner.extractor_limit import EXTRACTOR_LIMIT, remove_batch
 from simulator.runner.federation import Federation
 from simulator.runner.monitoring import RunMonitor
 from simulator.runner.requests import (
@@ -144,12 +147,13 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
     if ids:
         run.step(f"removal of {len(ids)} samples")
         try:
-            report = streaming_method(fed.scenario.method).remove(fed.head, ids)
+            report = remove_batch(fed, run, ids)
         except ClientUnavailableError as err:
             selection = _Selection(candidates, wanted, held)
             failures, unconfirmed = _recover(fed, err, selection)
             rejected.update((rid, why) for rid, why in unconfirmed.items() if rid not in rejected)
             removed = selection.removed_unless(rejected)
+            fed.extractor.rows_since += len(removed)
     removal = _Removal(report, removed, now or datetime.now(UTC))
     receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
     run.forgotten.extend(removed)
@@ -383,9 +387,7 @@ def receipt(
 ) -> DeletionReceipt:
     """The receipt of one validated request: rejected with ``reason``, or applied."""
     head = fed.head
-    scope = (
-        None if reason else fed.certificate_scope(head.epsilon_spent, rows=request_rows(req, fed))
-    )
+    scope = None if reason else fed.certificate_scope(head.epsilon_spent)
     return DeletionReceipt(
         request_id=req.request_id,
         status="rejected" if reason else "applied",
@@ -400,20 +402,6 @@ def receipt(
         total_delta=None if scope is None else scope.total_delta,
         applied_at=applied_at,
     )
-
-
-def request_rows(req: DeletionRequest, fed: Federation) -> int:
-    """Rows a request names; a withdrawal: every row of the client's shard.
-
-    The group ``k`` of the extractor's part (``simulator.head.scope``): a DP extractor is
-    DP per sample (``extractor_data: dp``), so a client's withdrawal is a group of all the
-    rows it trained on.
-    """
-    if req.sample_ids is not None:
-        return len(req.sample_ids)
-    client = req.client_id if req.client_id is not None else -1
-    shards = fed.client_indices
-    return max(1, len(shards[client])) if 0 <= client < len(shards) else 1
 
 
 def _event(
@@ -464,7 +452,23 @@ def _event(
         event["timings"] = dict(report.timings)
         event["certificate"] = certificate_section(fed, report)
         event["decorrelation"] = weight_reports(fed, sorted(routing))
+        if report.retrain_reason == EXTRACTOR_LIMIT:
+            event["extractor_retrain"] = extractor_retrain_fields(fed)
     return event
+
+
+def extractor_retrain_fields(fed: Federation) -> dict[str, Any]:
+    """What a whole-model retrain at the extractor's limit trained (its event section)."""
+    part = fed.extractor_guarantee
+    trained_on = fed.extractor.trained_on or {}
+    return {
+        "generation": fed.extractor.generation,
+        "trained_rows": sum(len(rows) for rows in trained_on.values()),
+        "epsilon": None if part is None else part.epsilon,
+        "delta": None if part is None else part.delta,
+        "client_epsilons": {str(c): e for c, e in sorted(fed.data.extractor_epsilons.items())},
+        "limit": fed.scenario.model.dp.extractor_epsilon_limit,
+    }
 
 
 def _failure_fields(fed: Federation, failures: Mapping[int, str]) -> dict[str, Any]:

@@ -250,6 +250,7 @@ def end_event(fed: Federation, run: RunState, wall: float) -> dict[str, Any]:
         "retrains_budget": run.retrains.get("budget", 0),
         "retrains_method": run.retrains.get("method", 0),
         "retrains_client_failed": run.retrains.get("client_failed", 0),
+        "retrains_extractor_limit": run.retrains.get("extractor_limit", 0),
         "accounting": head.config.accounting,
         "epsilon_spent": head.epsilon_spent,
         "epsilon_target": fed.scenario.head.epsilon,

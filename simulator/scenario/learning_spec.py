@@ -50,6 +50,16 @@ class ExtractorDpSpec(Section):
     delta: float = Field(
         default=1e-5, gt=0, lt=1, description="delta at which the accountants give epsilon."
     )
+    extractor_epsilon_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="Most the extractor's group charge may reach: k * epsilon_x for the k "
+        "rows removed since the extractor was last trained (a vacuous group delta passes "
+        "every limit). A batch that would pass it retrains the whole model from scratch on "
+        "the retained rows (DP-FedAvg with fresh accountants; retrain reason "
+        "extractor_limit). None: never (in-process transport only).",
+    )
 
 
 class ModelSpec(Section):

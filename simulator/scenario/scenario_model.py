@@ -81,6 +81,7 @@ class Scenario(Section):
     def _consistent(self) -> Scenario:
         checks = Checks()
         self._check_learner(checks)
+        self._check_extractor_limit(checks)
         self._check_stream(checks)
         self._check_shifts(checks)
         self._check_classes(checks, self.data.static_num_classes)
@@ -108,6 +109,27 @@ class Scenario(Section):
                 "method 'decoremoval' needs decorrelation enabled "
                 "(use method 'cr' for certified removal without it)",
                 got=False,
+            )
+
+    def _check_extractor_limit(self, checks: Checks) -> None:
+        """``model.dp.extractor_epsilon_limit`` needs a DP extractor retrained in this process.
+
+        Only ``extractor_data: dp`` has an extractor charge to limit, and only the in-process
+        transport retrains the extractor mid-stream: a Flower client rebuilds its shard from
+        the scenario and would need its retained ids (docs/certified-head.md).
+        """
+        if self.model.dp.extractor_epsilon_limit is None:
+            return
+        where = ("model", "dp", "extractor_epsilon_limit")
+        if self.model.extractor_data != "dp":
+            msg = "only extractor_data 'dp' has an extractor charge to limit"
+            checks.add(where, f"{msg}, extractor_data is '{self.model.extractor_data}'")
+        if self.transport != "inprocess":
+            checks.add(
+                where,
+                "retraining the extractor mid-stream is built for the in-process transport "
+                "only (a Flower client rebuilds its shard from the scenario and would need "
+                f"its retained ids), transport is '{self.transport}'",
             )
 
     def _check_stream(self, checks: Checks) -> None:
