@@ -9,6 +9,7 @@ from support.heads import planted_problem
 
 from simulator.errors import InputError
 from simulator.head.logistic import (
+    ROW_BLOCK,
     ShardStatistics,
     StatisticsRequest,
     head_columns,
@@ -175,3 +176,21 @@ def test_hessian_of_shard_statistics_is_the_blocked_build() -> None:
         expected = np.stack([X.T @ (X * curv[:, c, None]) for c in range(3)])
         H = shard_statistics(X, Y, a, StatisticsRequest(W, hessian=True)).hessian
         np.testing.assert_allclose(H, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_fused_loss_gradient_pass_equals_the_two_products() -> None:
+    """The exact pass block by block (``logistic._loss_gradient_by_blocks``) against the
+    plain two products over all rows, at margins of both signs and weights of every size."""
+    rng = np.random.default_rng(7)
+    n, d, k = 3 * ROW_BLOCK + 17, 30, 4
+    X = rng.normal(size=(n, d))
+    Y = np.where(rng.random((n, k)) < 0.3, 1.0, -1.0)
+    a = rng.uniform(0.0, 30.0, size=n)
+    W = rng.normal(size=(d, k)) * 2.0
+    fused = shard_statistics(X, Y, a, StatisticsRequest(W))
+    margins = Y * (X @ W)
+    loss = a @ np.logaddexp(0.0, -margins)
+    grad = X.T @ (-(Y / (1.0 + np.exp(margins))) * a[:, None])
+    np.testing.assert_allclose(fused.loss, loss, rtol=1e-12)
+    np.testing.assert_allclose(fused.gradient, grad, rtol=1e-10, atol=1e-10)
+    assert fused.count == n
