@@ -27,6 +27,7 @@ from simulator.federation import (
     FederatedClient,
     WeightReport,
 )
+from simulator.federation.threads import ThreadFanout
 from simulator.models import LocalUpdate, StateArrays
 from simulator.models.dp_fedavg import ClientAccountants
 from simulator.models.featurizer import Featurizer
@@ -169,6 +170,8 @@ class InProcessTransport:
             c: make_client(self._scenario, self._dataset, c, rows, featurizer)
             for c, rows in enumerate(shards)
         }
+        threads = self._scenario.client_threads
+        self.fanout = ThreadFanout(self._clients, threads) if threads > 1 else None
         return dict(self._clients)
 
     def exclude(self, client_id: int) -> None:

@@ -62,6 +62,15 @@ class Scenario(Section):
     bootstrap: str | None = Field(
         default=None, description="Kafka bootstrap servers (source kafka)."
     )
+    client_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Threads on which in-process clients answer the head's questions at once "
+            "(transport inprocess; results are bit-identical to 1, one client after another)."
+        ),
+    )
 
     @field_validator("output_dir")
     @classmethod
@@ -82,6 +91,13 @@ class Scenario(Section):
         checks = Checks()
         self._check_learner(checks)
         self._check_extractor_limit(checks)
+        if self.client_threads > 1 and self.transport != "inprocess":
+            checks.add(
+                ("client_threads",),
+                "applies to transport 'inprocess' (Flower runs its clients in their own "
+                f"processes), transport is '{self.transport}'",
+                got=self.client_threads,
+            )
         self._check_stream(checks)
         self._check_shifts(checks)
         self._check_classes(checks, self.data.static_num_classes)
