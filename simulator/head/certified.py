@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError, UnknownSampleError
+from simulator.head import anderson
 from simulator.head.accounting import RULES, Charge, anchor
 from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
@@ -464,7 +465,10 @@ class CertifiedHead:
         head's exact residual whatever the stale Hessian's error. Steps are taken while the
         residual is above ``CORRECTION_TARGET`` times the budget, up to
         ``config.correction_steps``, and stop at the first that does not lower it: the head
-        released is the best measured one (timed as ``correction``).
+        released is the best measured one (timed as ``correction``). From the second step on,
+        the step starts from the Anderson mixing of the last measured iterates
+        (:mod:`simulator.head.anderson`): the combination whose linearised gradient is
+        smallest, which the measurement then checks like any other.
         """
         assert release.gradient is not None and release.residuals.exact is not None
         target = CORRECTION_TARGET * self.budget
@@ -473,14 +477,17 @@ class CertifiedHead:
             return release
         floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
         best, lowest, passes = release, release.residuals.exact, 0
+        heads, gradients = [release.W], [release.gradient]  # measured iterates, for mixing
         with _timed(timings, "correction"):
             while passes < limit and lowest > target:
                 passes += 1
-                assert best.gradient is not None
-                solved = self._solver.solve(best.gradient, floor=floor, rtol=CORRECTION_RTOL)
-                W = best.W - solved.step
+                W_hat, g_hat = anderson.mixed(heads, gradients, self._bk)
+                solved = self._solver.solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
+                W = W_hat - solved.step
                 gradient = self._gradient_exact(W)
                 exact = stacked_norm(self._norms(gradient))
+                heads = [*heads, W][-anderson.DEPTH :]
+                gradients = [*gradients, gradient][-anderson.DEPTH :]
                 if not exact < lowest:  # no progress (or NaN): keep the best measured head
                     break
                 lowest = exact
