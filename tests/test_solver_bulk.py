@@ -123,3 +123,21 @@ def test_certified_batches_with_bulk_rows_match_the_folded_head(accounting: str)
         assert a.cumulative == pytest.approx(b.cumulative, rel=1e-4, abs=1e-9)
     assert heads[0]._solver.bulk_rows > 0 and heads[1]._solver.bulk_rows == 0
     np.testing.assert_allclose(heads[0].W, heads[1].W, rtol=1e-5, atol=1e-8)
+
+
+def test_bulk_rows_on_torch_match_numpy() -> None:
+    """The bulk path (CG with the Woodbury preconditioner) on torch's kernels: the GPU's code."""
+    from simulator.head.backend import NumpyBackend, TorchBackend
+
+    rng = np.random.default_rng(6)
+    H = spd(rng)
+    batches = [batch(rng, m) for m in (3, 20, 30)]
+    g = rng.normal(size=(D, K))
+    steps = []
+    for bk in (NumpyBackend(), TorchBackend("cpu")):
+        solver = HessianSolver(bk.asarray(H), backend=bk, max_pending_rows=8)
+        for rows, coef in batches:
+            solver.downdate_rows(rows, coef, diagonal=0.05)
+        assert solver.bulk_rows == 53 and solver.factorisations == 1
+        steps.append(bk.to_numpy(solver.solve(g).step))
+    np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9, atol=1e-12)
