@@ -145,3 +145,16 @@ def test_fourier_lift_draw_apply() -> None:
         lift.apply(z[:, :3])  # lift uses columns beyond 3
     with pytest.raises(InputError):
         FourierLift(np.array([0, 0]), np.zeros((2, 1)), np.zeros((2, 1)))  # repeated column
+
+
+@pytest.mark.parametrize("count", [1500, 700])
+def test_median_bandwidth_of_rows_is_that_of_the_copied_rows(count: int) -> None:
+    """Sampling positions of ``rows`` first gives the same draw, bit for bit, as sampling
+    rows of ``X[rows]`` (the monitor's bandwidth without copying every retained row)."""
+    from simulator.features.rff import median_bandwidth_of_rows
+
+    X = np.random.default_rng(0).normal(size=(3000, 8))
+    rows = np.sort(np.random.default_rng(1).choice(3000, size=count, replace=False))
+    copied = median_bandwidth(X[rows], rng=np.random.default_rng(2), max_samples=1000)
+    direct = median_bandwidth_of_rows(X, rows, rng=np.random.default_rng(2), max_samples=1000)
+    assert direct == copied

@@ -69,6 +69,7 @@ from server.kafka.wire import (
     receipt_record,
 )
 from simulator.runner.federation import Federation
+from simulator.runner.monitoring import RunMonitor
 from simulator.runner.pipeline import BatchOutcome, apply_batch
 from simulator.runner.recorder import RunRecorder
 from simulator.stream import DeletionRequest
@@ -221,6 +222,10 @@ class DeletionConsumer:
                         state.published_until = publisher.publish(
                             state.outbox, state.batch, start=state.published_until, verify=True
                         )
+                if state.run.evaluate and state.run.monitor is None:
+                    # the evaluation baselines are set-up, not the first batch's latency (the
+                    # same values: nothing is deleted between here and the first batch)
+                    state.run.monitor = RunMonitor.start(self.fed)
                 self._emit(
                     {
                         "event": "consumer_start",

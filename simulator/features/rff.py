@@ -254,6 +254,25 @@ def median_bandwidth(
     return median if median > 0.0 else 1.0
 
 
+def median_bandwidth_of_rows(
+    X: NDArray[np.floating],
+    rows: NDArray[np.int64],
+    *,
+    rng: np.random.Generator,
+    max_samples: int = 1000,
+) -> float:
+    """:func:`median_bandwidth` of ``X[rows]``, bit for bit, without copying ``X[rows]``.
+
+    The same draw of ``max_samples`` positions is made on ``rows`` first, so only the sampled
+    rows are read (the copy of 60,000 x 1,024 features and its finiteness check took 0.9 s
+    before the first batch of the benchmark stream).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size > max_samples >= 2:
+        rows = rows[np.sort(rng.choice(rows.size, size=max_samples, replace=False))]
+    return median_bandwidth(X[rows], rng=rng, max_samples=max_samples)
+
+
 def clip_to_unit_ball(x: NDArray[np.floating]) -> NDArray[np.float64]:
     """Divide each row by ``max(1, ||row||)`` so that every row has norm <= 1.
 

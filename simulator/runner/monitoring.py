@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from simulator.arrays import FloatArray, IntArray
-from simulator.features.rff import median_bandwidth
+from simulator.features.rff import median_bandwidth_of_rows
 from simulator.head import predict_classes
 from simulator.metrics import (
     AttackSummary,
@@ -97,7 +97,7 @@ class RunMonitor:
         half = y0.size // 2
         monitor = cls(
             fed=fed,
-            bandwidth=median_bandwidth(fed.train_features[rows], rng=rng, max_samples=1000),
+            bandwidth=median_bandwidth_of_rows(fed.train_features, rows, rng=rng, max_samples=1000),
             holdout=np.sort(_cap(np.arange(y0.size, dtype=np.int64), spec.max_samples, rng)),
             test_reference=np.sort(order[:half]),
             test_eval=np.sort(order[half:]),
@@ -124,7 +124,9 @@ class RunMonitor:
         spec = fed.scenario.evaluation
         rng = child_rng(fed.scenario.seed, "metrics", "extractor", index)
         rows = fed.head_data_retained()
-        self.bandwidth = median_bandwidth(fed.train_features[rows], rng=rng, max_samples=1000)
+        self.bandwidth = median_bandwidth_of_rows(
+            fed.train_features, rows, rng=rng, max_samples=1000
+        )
         if spec.detectors:
             self.changes = ChangeMonitor(DETECTOR_STREAMS, detectors=spec.detectors)
         return self.refresh_references(index)
