@@ -6,9 +6,11 @@ over the K columns: on the common path one read-back after the solve (residual n
 for the bounds; an exact pass (``anchored``'s re-anchoring, ``exact``, ``report_exact``) adds
 one, a refactorisation (a fold of the pending rows) one, a further Neumann step of the solve
 one (``solver.py``); each correction step (a solve and an exact pass, ``certified.py``) adds
-``READS_PER_CORRECTION``. Whatever K is, a removal that does not retrain reads back at most
-``MAX_READS_PER_REMOVAL`` times here, plus those of its correction steps. torch runs here with
-``UNLEARNSIM_TORCH_GPU_PATH=1``: the code path a GPU takes, without the CPU's numpy shortcuts.
+``READS_PER_CORRECTION``, and one more from the second on (the mixing, ``anderson.py``).
+Whatever K is, a removal that does not retrain reads back at most ``MAX_READS_PER_REMOVAL``
+times here, plus those of its correction steps. torch runs here with
+``UNLEARNSIM_TORCH_GPU_PATH=1``: the code path a GPU takes, without the CPU's numpy shortcuts
+(and without bulk rows: large batches fold on that path, ``solver.py``).
 """
 
 import numpy as np
@@ -27,6 +29,13 @@ MAX_READS_PER_REMOVAL = 5
 COMMON_PATH_READS = 2
 #: a correction step: its solve's residual norms and the exact pass's norms
 READS_PER_CORRECTION = 2
+#: a correction step after the first: the Anderson mixing's least-squares terms
+READS_PER_MIXING = 1
+
+
+def correction_reads(corrections: int) -> int:
+    """Read-backs of ``corrections`` correction steps (``certified.py``, ``anderson.py``)."""
+    return READS_PER_CORRECTION * corrections + READS_PER_MIXING * max(0, corrections - 1)
 
 
 def torch_head(k: int, accounting: str, monkeypatch: pytest.MonkeyPatch) -> CertifiedHead:
@@ -47,8 +56,7 @@ def reads_per_removal(head: CertifiedHead, batches: list[list[int]]) -> list[tup
         with TransferCounter() as counter:
             report = head.remove(ids)
         if not report.retrained:
-            corrections = READS_PER_CORRECTION * report.corrections
-            out.append((counter.count - corrections, counter.report()))
+            out.append((counter.count - correction_reads(report.corrections), counter.report()))
     return out
 
 

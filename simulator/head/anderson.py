@@ -41,8 +41,10 @@ def mixed(heads: Sequence[Array], gradients: Sequence[Array], bk: Backend) -> tu
         return W, g
     dW = bk.stack([heads[j] - heads[j - 1] for j in range(1, len(heads))])  # (m, d, K)
     dG = bk.stack([gradients[j] - gradients[j - 1] for j in range(1, len(gradients))])
-    gram = bk.to_numpy(bk.sum(dG[:, None, :, :] * dG[None, :, :, :], axis=2))  # (m, m, K)
-    rhs = bk.to_numpy(bk.sum(dG * g[None, :, :], axis=1))  # (m, K)
+    gram = bk.sum(dG[:, None, :, :] * dG[None, :, :, :], axis=2)  # (m, m, K)
+    rhs = bk.sum(dG * g[None, :, :], axis=1)  # (m, K)
+    both = bk.to_numpy(bk.concat([gram, rhs[None, :, :]], axis=0))  # one read-back
+    gram, rhs = both[:-1], both[-1]
     gamma = np.zeros_like(rhs)
     for k in range(rhs.shape[1]):
         A = gram[:, :, k]
