@@ -20,6 +20,8 @@ from simulator.compare.audit_report import (
     load_audit_scores,
 )
 from simulator.compare.harness import Comparison
+from simulator.compare.provenance import Provenance, record
+from simulator.compare.provenance import markdown as provenance_markdown
 from simulator.compare.plots import AUDIT_FIGURE, FIGURES, plot_audit, plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
 from simulator.compare.verdict import verdict_csv, verdicts
@@ -92,8 +94,10 @@ def write_comparison(
     rows = verdicts(comparison.measurements, comparison.methods)
     files["verdict"] = folder / "verdict.csv"
     files["verdict"].write_text(verdict_csv(rows))
+    extractor = record(comparison.provenance, comparison.fits)
     table = markdown(comparison, summaries, rows, comparison.split_notes)
-    _write_audit(comparison, folder, files, plots=plots)
+    table += "\n" + provenance_markdown(extractor)
+    _write_audit(comparison, folder, files, plots=plots, extractor=extractor)
     if comparison.audit:
         table += "\n" + audit_markdown(comparison.audit, comparison.audit_skipped)
     files["table"].write_text(table)
@@ -113,6 +117,7 @@ def write_comparison(
         "torch_threads": torch.get_num_threads(),
         "machine": platform.machine(),
         "notes": list(comparison.notes),
+        "extractor": extractor,
         "fits": fits,
     }
     files["fits"].write_text(json.dumps(meta, indent=2) + "\n")
@@ -126,7 +131,12 @@ def write_comparison(
 
 
 def _write_audit(
-    comparison: Comparison, folder: Path, files: dict[str, Path], *, plots: bool
+    comparison: Comparison,
+    folder: Path,
+    files: dict[str, Path],
+    *,
+    plots: bool,
+    extractor: dict[str, Any] | None = None,
 ) -> None:
     """``audit.json`` (and ``audit.png``) of the comparison's audit.
 
@@ -140,7 +150,11 @@ def _write_audit(
             path.unlink(missing_ok=True)
         return
     files["audit"] = paths[0]
-    paths[0].write_text(audit_json(comparison.scenario, comparison.audit, comparison.audit_skipped))
+    paths[0].write_text(
+        audit_json(
+            comparison.scenario, comparison.audit, comparison.audit_skipped, extractor=extractor
+        )
+    )
     if plots:
         files["audit_plot"] = plot_audit(paths[1], comparison.audit, comparison.scenario)
 
@@ -213,6 +227,7 @@ def load_comparison(folder: Path) -> Comparison:
         tuple(meta["notes"]),
         float(meta["wall_seconds"]),
         split_notes,
+        provenance=Provenance.from_json(dict(meta.get("extractor") or {}).get("provenance")),
     )
 
 
@@ -244,6 +259,7 @@ def retable(folder: Path) -> dict[str, Path]:
     files["verdict"].write_text(verdict_csv(rows))
     files["summary"].write_text(summary_csv(summaries))
     table = markdown(comparison, summaries, rows, comparison.split_notes)
+    table += "\n" + provenance_markdown(record(comparison.provenance, comparison.fits))
     if (folder / AUDIT_FILE).exists():
         scores, skipped = load_audit_scores(folder / AUDIT_FILE)
         table += "\n" + audit_markdown(scores, skipped)

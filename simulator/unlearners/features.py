@@ -6,6 +6,10 @@ with the shared :class:`~simulator.unlearners.base.ModelConfig`; for ``cr`` and
 ``decoremoval`` those are all training rows, so deleted samples did shape the extractor: their
 certificate covers the head only, and the results say so. A training set with an
 ``extractor_pool`` (``extractor_data: public``) has the extractor fitted on the pool alone.
+Under ``extractor_data: dp`` (``ModelConfig.extractor_dp``) the extractor is trained by the
+streaming path's DP-FedAvg (:func:`simulator.models.dp_fedavg.train_dp_federated`) over the
+clients (the training set's ``groups``) with fresh accountants, and the RFF bandwidth is taken
+on rows no client holds (``TrainingSet.bandwidth_pool``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ from __future__ import annotations
 import hashlib
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
+from simulator.errors import ConfigError, InputError
 from simulator.metrics.scores import class_probabilities
 from simulator.models import ExtractorWithHead
+from simulator.models.dp_fedavg import DpFedAvgResult, train_dp_federated
 from simulator.models.featurizer import Featurizer, freeze_featurizer
-from simulator.seeds import child_rng, child_torch
+from simulator.seeds import child_rng, child_seed, child_torch
 from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, train_network
 
@@ -65,36 +72,104 @@ def train_featurizer(
         if known is not None:
             return known
     model = build_network(settings, train, child_torch(seed, "extractor", "init"))
-    reweigh = None
-    if epoch_weights is not None:
-        hook = epoch_weights
+    privacy: DpFedAvgResult | None = None
+    bandwidth_rows = train.x[rows]
+    if settings.extractor_dp is not None:
+        if epoch_weights is not None:
+            raise ConfigError(
+                "extractor_data dp: DP-SGD trains the extractor with the plain loss; a "
+                "re-weighted extractor (decoremoval mode extractor) is not covered",
+                "model.extractor_data",
+            )
+        privacy = train_dp_extractor(model, train, rows, settings, seed)
+        if train.bandwidth_pool is not None:
+            bandwidth_rows = train.bandwidth_pool
+    else:
+        reweigh = None
+        if epoch_weights is not None:
+            hook = epoch_weights
 
-        def reweigh(epoch: int) -> FloatArray | None:
-            return hook(model, epoch)
+            def reweigh(epoch: int) -> FloatArray | None:
+                return hook(model, epoch)
 
-    train_network(
-        model,
-        train,
-        rows,
-        settings,
-        generator=child_torch(seed, "extractor", "train"),
-        reweigh=reweigh,
-    )
+        train_network(
+            model,
+            train,
+            rows,
+            settings,
+            generator=child_torch(seed, "extractor", "train"),
+            reweigh=reweigh,
+        )
     bandwidth = settings.rff_bandwidth
-    if bandwidth is None and rows.size < 2:
+    if bandwidth is None and len(bandwidth_rows) < 2:
         bandwidth = 1.0  # no pair of rows to take a median distance of
     featurizer = freeze_featurizer(
         model,
-        train.x[rows],
+        bandwidth_rows,
         dim=settings.rff_dim,
         bandwidth=bandwidth,
         rng=child_rng(seed, "rff"),
         device=device_of(settings),
     )
+    featurizer = replace(featurizer, privacy=privacy)
     model.eval()
     if epoch_weights is None:
         _FEATURIZERS[train] = {key: featurizer}  # the latest one per training set
     return featurizer
+
+
+def train_dp_extractor(
+    model: ExtractorWithHead,
+    train: TrainingSet,
+    rows: IntArray,
+    settings: ModelConfig,
+    seed: int,
+) -> DpFedAvgResult:
+    """DP-FedAvg of ``model`` in place on ``rows``, one client per group, fresh accountants.
+
+    The clients are the training set's ``groups`` (the federation's; a set without groups is
+    one client); each holds its rows among ``rows``. The streaming path's mechanism and
+    accounting (:func:`simulator.models.dp_fedavg.train_dp_federated`), with every generator a
+    child of ``seed`` (same seed and rows, same extractor and epsilon).
+
+    Raises
+    ------
+    InputError
+        ``settings.extractor_dp`` is not set, or ``rows`` is empty.
+    """
+    config = settings.extractor_dp
+    if config is None:
+        raise InputError("train_dp_extractor needs ModelConfig.extractor_dp")
+    if rows.size == 0:
+        raise InputError("cannot train an extractor on zero rows")
+    groups = train.groups[rows] if train.groups is not None else np.zeros(rows.size, np.int64)
+    clients = [rows[groups == c] for c in range(int(groups.max()) + 1)]
+    return train_dp_federated(
+        model,
+        [(train.x[c], train.y[c]) for c in clients],
+        config=config,
+        batch_size=settings.batch_size,
+        lr=settings.lr,
+        seed=child_seed(seed, "extractor", "dp"),
+        device=device_of(settings),
+    )
+
+
+#: The note of every head-based method under ``extractor_data: dp``.
+DP_EXTRACTOR_NOTE = (
+    "extractor trained by DP-FedAvg (DP-SGD on every client, one RDP accountant per client "
+    "over all rounds) and the RFF bandwidth taken on rows no client holds: the certificate "
+    "covers the whole model, the head's (epsilon, delta) plus the extractor's accounted "
+    "per-row epsilon (fits.json: extractor)"
+)
+
+
+def privacy_info(featurizer: Featurizer) -> dict[str, float]:
+    """The DP extractor's accounted ``extractor_epsilon`` and ``extractor_delta`` ({} if none)."""
+    p = featurizer.privacy
+    if p is None:
+        return {}
+    return {"extractor_epsilon": p.epsilon, "extractor_delta": p.delta}
 
 
 def head_proba(Z: FloatArray, W: FloatArray) -> FloatArray:
