@@ -30,7 +30,7 @@ from simulator.seeds import child_rng, child_seed, child_torch
 from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
 from simulator.unlearners.networks import build_network, device_of, train_network
 
-#: The last plainly trained featurizer of each live training set, by (seed, settings, rows):
+#: Plainly trained featurizers of each live training set, by (seed, settings, rows):
 #: ``cr`` and ``decoremoval`` train the very same extractor and RFF map (same rows, settings
 #: and seed), so the second one reuses the first's instead of training it again. The
 #: featurizer is frozen after training and never modified, so sharing it changes no result;
@@ -38,6 +38,8 @@ from simulator.unlearners.networks import build_network, device_of, train_networ
 _FEATURIZERS: weakref.WeakKeyDictionary[
     TrainingSet, dict[tuple[int, ModelConfig, str], Featurizer]
 ] = weakref.WeakKeyDictionary()
+#: The rows' digest of the cached featurizer fitted on every row of a training set.
+_ALL_ROWS: weakref.WeakKeyDictionary[TrainingSet, str] = weakref.WeakKeyDictionary()
 
 #: Per-epoch weights of the extractor's training loss, given the network being trained.
 EpochWeights = Callable[[ExtractorWithHead, int], FloatArray | None]
@@ -114,7 +116,15 @@ def train_featurizer(
     featurizer = replace(featurizer, privacy=privacy)
     model.eval()
     if epoch_weights is None:
-        _FEATURIZERS[train] = {key: featurizer}  # the latest one per training set
+        # per training set: the one fitted on every row (kept through the retrain baseline's
+        # removals, so the next method's fit reuses it) and the latest other one
+        full = rows.size == train.n and bool(np.all(rows == np.arange(train.n)))
+        cached = _FEATURIZERS.setdefault(train, {})
+        for old in [k for k in cached if full or k[2] != _ALL_ROWS.get(train)]:
+            del cached[old]
+        cached[key] = featurizer
+        if full:
+            _ALL_ROWS[train] = key[2]
     return featurizer
 
 
