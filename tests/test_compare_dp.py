@@ -140,9 +140,7 @@ def test_the_dp_extractor_is_noised_and_reproducible() -> None:
     again = kept("cr", build_workload(tiny(), 4)).featurizer  # type: ignore[attr-defined]
     assert private.privacy is None and dp.privacy is not None
     for other in (private, louder):
-        assert all(
-            not torch.equal(a, b) for a, b in zip(weights(dp), weights(other), strict=True)
-        )
+        assert all(not torch.equal(a, b) for a, b in zip(weights(dp), weights(other), strict=True))
     assert louder.privacy.epsilon < dp.privacy.epsilon
     for a, b in zip(weights(dp), weights(again), strict=True):
         assert torch.equal(a, b)

@@ -10,7 +10,8 @@ cover (:func:`simulator.head.scope.certificate_scope`, one row):
   accountants computed over all rounds (``extractor_epsilon`` of every fit's info, the max
   over clients), composed with the head's ``(epsilon, delta)``::
 
-      epsilon_total = epsilon_head + k epsilon_x,  delta_total = delta_head + k e^((k-1) epsilon_x) delta_x
+      epsilon_total = epsilon_head + k epsilon_x
+      delta_total   = delta_head + k e^((k-1) epsilon_x) delta_x
 
   (here for ``k = 1``; a request of ``k`` rows pays ``k epsilon_x``, group privacy).
 """

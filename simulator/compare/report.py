@@ -20,9 +20,9 @@ from simulator.compare.audit_report import (
     load_audit_scores,
 )
 from simulator.compare.harness import Comparison
+from simulator.compare.plots import AUDIT_FIGURE, FIGURES, plot_audit, plot_comparison
 from simulator.compare.provenance import Provenance, record
 from simulator.compare.provenance import markdown as provenance_markdown
-from simulator.compare.plots import AUDIT_FIGURE, FIGURES, plot_audit, plot_comparison
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
 from simulator.compare.verdict import verdict_csv, verdicts
 from simulator.errors import ConfigError

@@ -31,9 +31,9 @@ does. The sources ``run`` refuses under ``dp`` are refused here with its error
 (:func:`simulator.runner.federation.check_dp_extractor`).
 
 Unlike the runner, the comparison trains centrally (no federation; ``dp`` aside): the
-extractor's FedAvg budget of ``rounds x local_epochs`` passes becomes as many central epochs. A batch that crosses
-a checkpoint is cut there, so every method is evaluated after exactly that many removals; the
-schedule ends at the last checkpoint.
+extractor's FedAvg budget of ``rounds x local_epochs`` passes becomes as many central epochs.
+A batch that crosses a checkpoint is cut there, so every method is evaluated after exactly
+that many removals; the schedule ends at the last checkpoint.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
+from simulator.models.dp_fedavg import DpFedAvgConfig
 from simulator.runner.configs import backbone_config, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, shift_splits
-from simulator.models.dp_fedavg import DpFedAvgConfig
 from simulator.runner.featurize import dp_settings
 from simulator.runner.federation import (
     check_dp_extractor,

@@ -313,7 +313,7 @@ class DpFedAvgResult:
 
     @property
     def epsilon(self) -> float:
-        """The extractor's per-row epsilon at :attr:`delta` (:meth:`ClientAccountants.max_epsilon`)."""
+        """The extractor's per-row epsilon at :attr:`delta` (the max over clients)."""
         return self.accountants.max_epsilon(self.delta)
 
 

@@ -56,7 +56,9 @@ def train_featurizer(
     """Train the extractor on ``rows`` and draw the RFF map, both from ``seed``'s children.
 
     The median bandwidth heuristic (when ``settings.rff_bandwidth`` is None) is computed on the
-    extractor features of ``rows``. ``epoch_weights(model, epoch)`` re-weights each epoch's
+    extractor features of ``rows`` (under ``settings.extractor_dp``, of the training set's
+    ``bandwidth_pool`` when it has one; the extractor then trains by DP-FedAvg,
+    :func:`train_dp_extractor`). ``epoch_weights(model, epoch)`` re-weights each epoch's
     training loss (DecoRemoval's extractor mode); None trains with the plain mean loss.
 
     With an ``extractor_pool`` (``extractor_data: public``) the extractor and the bandwidth
@@ -87,21 +89,7 @@ def train_featurizer(
         if train.bandwidth_pool is not None:
             bandwidth_rows = train.bandwidth_pool
     else:
-        reweigh = None
-        if epoch_weights is not None:
-            hook = epoch_weights
-
-            def reweigh(epoch: int) -> FloatArray | None:
-                return hook(model, epoch)
-
-        train_network(
-            model,
-            train,
-            rows,
-            settings,
-            generator=child_torch(seed, "extractor", "train"),
-            reweigh=reweigh,
-        )
+        _train_central(model, train, rows, settings, seed, epoch_weights)
     bandwidth = settings.rff_bandwidth
     if bandwidth is None and len(bandwidth_rows) < 2:
         bandwidth = 1.0  # no pair of rows to take a median distance of
@@ -116,16 +104,54 @@ def train_featurizer(
     featurizer = replace(featurizer, privacy=privacy)
     model.eval()
     if epoch_weights is None:
-        # per training set: the one fitted on every row (kept through the retrain baseline's
-        # removals, so the next method's fit reuses it) and the latest other one
-        full = rows.size == train.n and bool(np.all(rows == np.arange(train.n)))
-        cached = _FEATURIZERS.setdefault(train, {})
-        for old in [k for k in cached if full or k[2] != _ALL_ROWS.get(train)]:
-            del cached[old]
-        cached[key] = featurizer
-        if full:
-            _ALL_ROWS[train] = key[2]
+        _remember(train, rows, key, featurizer)
     return featurizer
+
+
+def _train_central(
+    model: ExtractorWithHead,
+    train: TrainingSet,
+    rows: IntArray,
+    settings: ModelConfig,
+    seed: int,
+    epoch_weights: EpochWeights | None,
+) -> None:
+    """Central training of ``model`` on ``rows`` (re-weighted per epoch if asked)."""
+    reweigh = None
+    if epoch_weights is not None:
+        hook = epoch_weights
+
+        def reweigh(epoch: int) -> FloatArray | None:
+            return hook(model, epoch)
+
+    train_network(
+        model,
+        train,
+        rows,
+        settings,
+        generator=child_torch(seed, "extractor", "train"),
+        reweigh=reweigh,
+    )
+
+
+def _remember(
+    train: TrainingSet,
+    rows: IntArray,
+    key: tuple[int, ModelConfig, str],
+    featurizer: Featurizer,
+) -> None:
+    """Cache ``featurizer``: per training set the one fitted on every row and the latest other.
+
+    The one on every row is kept through the retrain baseline's removals, so the next method's
+    fit reuses it.
+    """
+    full = rows.size == train.n and bool(np.all(rows == np.arange(train.n)))
+    cached = _FEATURIZERS.setdefault(train, {})
+    for old in [k for k in cached if full or k[2] != _ALL_ROWS.get(train)]:
+        del cached[old]
+    cached[key] = featurizer
+    if full:
+        _ALL_ROWS[train] = key[2]
 
 
 def train_dp_extractor(
