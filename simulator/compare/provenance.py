@@ -123,7 +123,7 @@ def markdown(entry: Mapping[str, Any]) -> str:
     p = entry["provenance"]
     data = p["extractor_data"]
     lines = ["## What the certificates cover (extractor provenance)", ""]
-    text = f"* `model.extractor_data: {data}`; scope `{entry['scope']}`"
+    text = f"* provenance `model.extractor_data: {data}`; scope `{entry['scope']}`"
     if entry["scope"] == "head":
         text += " (the extractor saw every client's row without a guarantee: head only)"
     lines.append(text)

@@ -217,7 +217,7 @@ def load_comparison(folder: Path) -> Comparison:
         for f in meta["fits"]
     )
     table = (folder / "table.md").read_text().splitlines()
-    split_notes = tuple(line[2:] for line in table if line.startswith("* `"))
+    split_notes = _split_notes(table)
     return Comparison(
         meta["scenario"],
         tuple(meta["methods"]),
@@ -229,6 +229,19 @@ def load_comparison(folder: Path) -> Comparison:
         split_notes,
         provenance=Provenance.from_json(dict(meta.get("extractor") or {}).get("provenance")),
     )
+
+
+def _split_notes(table: list[str]) -> tuple[str, ...]:
+    """The items of ``table.md``'s "Evaluation splits:" list (the first list after it)."""
+    if "Evaluation splits:" not in table:
+        return ()
+    out: list[str] = []
+    for line in table[table.index("Evaluation splits:") + 1 :]:
+        if line.startswith("* "):
+            out.append(line[2:])
+        elif out:
+            break
+    return tuple(out)
 
 
 def retable(folder: Path) -> dict[str, Path]:
@@ -259,7 +272,9 @@ def retable(folder: Path) -> dict[str, Path]:
     files["verdict"].write_text(verdict_csv(rows))
     files["summary"].write_text(summary_csv(summaries))
     table = markdown(comparison, summaries, rows, comparison.split_notes)
-    table += "\n" + provenance_markdown(record(comparison.provenance, comparison.fits))
+    extractor = json.loads((folder / "fits.json").read_text()).get("extractor")
+    if extractor:  # a folder written before the provenance was recorded has none
+        table += "\n" + provenance_markdown(extractor)
     if (folder / AUDIT_FILE).exists():
         scores, skipped = load_audit_scores(folder / AUDIT_FILE)
         table += "\n" + audit_markdown(scores, skipped)
