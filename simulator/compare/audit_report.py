@@ -62,8 +62,18 @@ def _method_json(audit: MethodAudit) -> dict[str, Any]:
     }
 
 
-def audit_json(scenario: str, scores: Sequence[AuditScore], skipped: Sequence[str] = ()) -> str:
-    """The text of ``audit.json`` (NaN written as null)."""
+def audit_json(
+    scenario: str,
+    scores: Sequence[AuditScore],
+    skipped: Sequence[str] = (),
+    *,
+    extractor: dict[str, Any] | None = None,
+) -> str:
+    """The text of ``audit.json`` (NaN written as null).
+
+    ``extractor``: the provenance, scope and accounted epsilon of the extractors
+    (:func:`simulator.compare.provenance.record`).
+    """
     scores_out = [
         {
             **asdict(s),
@@ -79,6 +89,7 @@ def audit_json(scenario: str, scores: Sequence[AuditScore], skipped: Sequence[st
         "rule": RULE,
         "factor": FACTOR,
         "skipped_methods": list(skipped),
+        "extractor": extractor,
         "methods": [_method_json(a) for a in audit_methods(scores)],
         "scores": scores_out,
     }

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.compare.audit import AuditConfig, AuditScore, SeedAudit
+from simulator.compare.provenance import Provenance
 from simulator.compare.workload import Workload
 from simulator.errors import InputError
 from simulator.metrics.roc import roc_auc
@@ -287,6 +288,7 @@ class Comparison:
 
     ``audit`` holds the membership audit's scores (:mod:`simulator.compare.audit`; empty when
     it was not asked for) and ``audit_skipped`` the methods it could not audit.
+    ``provenance`` is the extractor's (:mod:`simulator.compare.provenance`).
     """
 
     scenario: str
@@ -299,6 +301,7 @@ class Comparison:
     split_notes: tuple[str, ...] = ()
     audit: tuple[AuditScore, ...] = ()
     audit_skipped: tuple[str, ...] = ()
+    provenance: Provenance = field(default_factory=Provenance)
 
 
 def _seeded_workloads(
@@ -341,6 +344,7 @@ def run_comparison(  # noqa: PLR0913 (the workloads and methods, then keyword-on
     split_notes: tuple[str, ...] = ()
     audited: list[AuditScore] = []
     skipped: list[str] = []
+    provenance = Provenance()
 
     def so_far(done: Sequence[int]) -> Comparison:
         return Comparison(
@@ -354,11 +358,13 @@ def run_comparison(  # noqa: PLR0913 (the workloads and methods, then keyword-on
             split_notes,
             tuple(audited),
             tuple(dict.fromkeys(skipped)),
+            provenance,
         )
 
     for i, seed in enumerate(seed_list):
         workload = make(seed)
         scenario = workload.scenario.name
+        provenance = Provenance.of(workload)
         split_notes = workload.split_notes
         notes.extend(n for n in workload.notes if n not in notes)
         auditor = SeedAudit(workload, audit) if audit is not None else None

@@ -21,6 +21,8 @@ from simulator.compare.audit_report import (
 )
 from simulator.compare.harness import Comparison
 from simulator.compare.plots import AUDIT_FIGURE, FIGURES, plot_audit, plot_comparison
+from simulator.compare.provenance import Provenance, record
+from simulator.compare.provenance import markdown as provenance_markdown
 from simulator.compare.table import markdown, runs_csv, summarize, summary_csv
 from simulator.compare.verdict import verdict_csv, verdicts
 from simulator.errors import ConfigError
@@ -92,8 +94,10 @@ def write_comparison(
     rows = verdicts(comparison.measurements, comparison.methods)
     files["verdict"] = folder / "verdict.csv"
     files["verdict"].write_text(verdict_csv(rows))
+    extractor = record(comparison.provenance, comparison.fits)
     table = markdown(comparison, summaries, rows, comparison.split_notes)
-    _write_audit(comparison, folder, files, plots=plots)
+    table += "\n" + provenance_markdown(extractor)
+    _write_audit(comparison, folder, files, plots=plots, extractor=extractor)
     if comparison.audit:
         table += "\n" + audit_markdown(comparison.audit, comparison.audit_skipped)
     files["table"].write_text(table)
@@ -113,6 +117,7 @@ def write_comparison(
         "torch_threads": torch.get_num_threads(),
         "machine": platform.machine(),
         "notes": list(comparison.notes),
+        "extractor": extractor,
         "fits": fits,
     }
     files["fits"].write_text(json.dumps(meta, indent=2) + "\n")
@@ -126,7 +131,12 @@ def write_comparison(
 
 
 def _write_audit(
-    comparison: Comparison, folder: Path, files: dict[str, Path], *, plots: bool
+    comparison: Comparison,
+    folder: Path,
+    files: dict[str, Path],
+    *,
+    plots: bool,
+    extractor: dict[str, Any] | None = None,
 ) -> None:
     """``audit.json`` (and ``audit.png``) of the comparison's audit.
 
@@ -140,7 +150,11 @@ def _write_audit(
             path.unlink(missing_ok=True)
         return
     files["audit"] = paths[0]
-    paths[0].write_text(audit_json(comparison.scenario, comparison.audit, comparison.audit_skipped))
+    paths[0].write_text(
+        audit_json(
+            comparison.scenario, comparison.audit, comparison.audit_skipped, extractor=extractor
+        )
+    )
     if plots:
         files["audit_plot"] = plot_audit(paths[1], comparison.audit, comparison.scenario)
 
@@ -203,7 +217,7 @@ def load_comparison(folder: Path) -> Comparison:
         for f in meta["fits"]
     )
     table = (folder / "table.md").read_text().splitlines()
-    split_notes = tuple(line[2:] for line in table if line.startswith("* `"))
+    split_notes = _split_notes(table)
     return Comparison(
         meta["scenario"],
         tuple(meta["methods"]),
@@ -213,7 +227,21 @@ def load_comparison(folder: Path) -> Comparison:
         tuple(meta["notes"]),
         float(meta["wall_seconds"]),
         split_notes,
+        provenance=Provenance.from_json(dict(meta.get("extractor") or {}).get("provenance")),
     )
+
+
+def _split_notes(table: list[str]) -> tuple[str, ...]:
+    """The items of ``table.md``'s "Evaluation splits:" list (the first list after it)."""
+    if "Evaluation splits:" not in table:
+        return ()
+    out: list[str] = []
+    for line in table[table.index("Evaluation splits:") + 1 :]:
+        if line.startswith("* "):
+            out.append(line[2:])
+        elif out:
+            break
+    return tuple(out)
 
 
 def retable(folder: Path) -> dict[str, Path]:
@@ -244,6 +272,9 @@ def retable(folder: Path) -> dict[str, Path]:
     files["verdict"].write_text(verdict_csv(rows))
     files["summary"].write_text(summary_csv(summaries))
     table = markdown(comparison, summaries, rows, comparison.split_notes)
+    extractor = json.loads((folder / "fits.json").read_text()).get("extractor")
+    if extractor:  # a folder written before the provenance was recorded has none
+        table += "\n" + provenance_markdown(extractor)
     if (folder / AUDIT_FILE).exists():
         scores, skipped = load_audit_scores(folder / AUDIT_FILE)
         table += "\n" + audit_markdown(scores, skipped)

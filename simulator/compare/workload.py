@@ -22,10 +22,18 @@ extractor and the RFF bandwidth of every head-based method, the retrain baseline
 fitted on it alone, as ``unlearnsim run`` fits them (the encoder's statistics come from it
 too: :func:`simulator.runner.federation.load_dataset`).
 
-Unlike the runner, the comparison trains centrally (no federation): the extractor's FedAvg
-budget of ``rounds x local_epochs`` passes becomes as many central epochs. A batch that crosses
-a checkpoint is cut there, so every method is evaluated after exactly that many removals; the
-schedule ends at the last checkpoint.
+Under ``model.extractor_data: dp`` every head-based method's extractor, the retrain baseline's
+at every retrain included, is trained by the streaming path's DP-FedAvg over the clients
+(``ModelConfig.extractor_dp``: ``model.rounds`` rounds of ``model.local_epochs`` DP-SGD
+epochs, ``model.dp``'s mechanism, fresh accountants per training), and the RFF bandwidth is
+taken on the test split's inputs (``TrainingSet.bandwidth_pool``), as ``unlearnsim run``
+does. The sources ``run`` refuses under ``dp`` are refused here with its error
+(:func:`simulator.runner.federation.check_dp_extractor`).
+
+Unlike the runner, the comparison trains centrally (no federation; ``dp`` aside): the
+extractor's FedAvg budget of ``rounds x local_epochs`` passes becomes as many central epochs.
+A batch that crosses a checkpoint is cut there, so every method is evaluated after exactly
+that many removals; the schedule ends at the last checkpoint.
 """
 
 from __future__ import annotations
@@ -39,9 +47,16 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.errors import ConfigError
+from simulator.models.dp_fedavg import DpFedAvgConfig
 from simulator.runner.configs import backbone_config, decorrelation_config, head_config
 from simulator.runner.evaluation import build_eval_sets, shift_splits
-from simulator.runner.federation import deletion_stream, load_dataset, split_clients
+from simulator.runner.featurize import dp_settings
+from simulator.runner.federation import (
+    check_dp_extractor,
+    deletion_stream,
+    load_dataset,
+    split_clients,
+)
 from simulator.runner.requests import RowHoldings, expand
 from simulator.scenario import Scenario
 from simulator.seeds import child_rng
@@ -103,6 +118,11 @@ def settings_from_scenario(scenario: Scenario) -> ModelConfig:
         head=head_config(scenario),
         decorrelation=decorrelation_config(scenario),
         device=scenario.device,
+        extractor_dp=(
+            DpFedAvgConfig(m.rounds, m.local_epochs, dp_settings(scenario))
+            if m.extractor_data == "dp"
+            else None
+        ),
     )
 
 
@@ -172,12 +192,7 @@ def build_workload(
     sc = scenario.model_copy(update={"seed": seed})
     if sc.stream.source != "scenario":
         raise ConfigError("compare generates the stream from the scenario", "stream.source")
-    if sc.model.extractor_data == "dp":
-        raise ConfigError(
-            "compare does not reproduce extractor_data dp yet (its methods' featurizers train "
-            "without DP-SGD): run it with `unlearnsim run`",
-            "model.extractor_data",
-        )
+    check_dp_extractor(sc, None)
     ds: Dataset = load_dataset(sc)
     shards, public = split_clients(sc, ds)
     groups = np.full(ds.n_train, len(shards), dtype=np.int64)  # public pool: its own group
@@ -190,7 +205,17 @@ def build_workload(
             "holds one); every method with an extractor, the retrain baseline included, fits "
             "it and the RFF map on the pool alone and its head on the clients' rows"
         )
-    train = training_set(ds, groups, public)
+    dp = sc.model.extractor_data == "dp"
+    if dp:
+        z = sc.model.dp
+        notes.append(
+            f"extractor_data dp: DP-FedAvg of the extractor over the {len(shards)} clients "
+            f"({sc.model.rounds} rounds x {sc.model.local_epochs} local epochs of DP-SGD, batch "
+            f"{sc.model.batch_size}, noise multiplier {z.noise_multiplier:g}, clipping norm "
+            f"{z.max_grad_norm:g}); epsilon computed by the accountants at delta {z.delta:g}; "
+            "RFF bandwidth on the test split's inputs"
+        )
+    train = training_set(ds, groups, public, bandwidth_pool=ds.x_test if dp else None)
     eval_sets = build_eval_sets(
         sc, ds, lambda x: np.asarray(x, dtype=np.float64), child_rng(seed, "ood")
     )
@@ -231,8 +256,16 @@ def client_rows(ds: Dataset, public: IntArray) -> IntArray:
     return np.setdiff1d(np.arange(ds.n_train, dtype=np.int64), public)
 
 
-def training_set(ds: Dataset, groups: IntArray, public: IntArray) -> TrainingSet:
+def training_set(
+    ds: Dataset,
+    groups: IntArray,
+    public: IntArray,
+    *,
+    bandwidth_pool: NDArray[Any] | None = None,
+) -> TrainingSet:
     """The methods' training rows; with a public pool, the clients' rows and the pool apart.
+
+    ``bandwidth_pool``: inputs no client holds for the RFF bandwidth (``extractor_data: dp``).
 
     Without a pool, sample id ``i`` is the dataset's row ``i``. With one
     (``extractor_data: public``) the sample ids are the clients' rows renumbered in order
@@ -241,7 +274,12 @@ def training_set(ds: Dataset, groups: IntArray, public: IntArray) -> TrainingSet
     """
     if not public.size:
         return TrainingSet(
-            ds.x_train, ds.y_train, ds.num_classes, groups=groups, vocab_size=ds.vocab_size
+            ds.x_train,
+            ds.y_train,
+            ds.num_classes,
+            groups=groups,
+            vocab_size=ds.vocab_size,
+            bandwidth_pool=bandwidth_pool,
         )
     rows = client_rows(ds, public)
     pool = TrainingSet(

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +48,17 @@ from torch.utils.data import DataLoader, TensorDataset
 from simulator.errors import ConfigError, DataUnavailableError, InputError, NumericalError
 from simulator.models.backbones import ExtractorWithHead
 from simulator.models.device import seeded_rng
-from simulator.models.fedavg import LocalUpdate, _as_tensor, _labels, state_to_arrays
+from simulator.models.fedavg import (
+    LocalUpdate,
+    StateArrays,
+    _as_tensor,
+    _labels,
+    client_generator,
+    fedavg_rounds,
+    load_arrays,
+    state_to_arrays,
+)
+from simulator.seeds import child_torch
 
 #: One accountant entry: ``(noise_multiplier, sample_rate, steps)`` (opacus' RDP history).
 HistoryEntry = tuple[float, float, int]
@@ -271,3 +281,91 @@ def dp_local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generators, 
     if not np.isfinite(mean_loss):
         raise NumericalError(f"DP local training diverged (loss {mean_loss}); lower lr")
     return DpLocalRun(LocalUpdate(state_to_arrays(model), n, mean_loss), noised)
+
+
+@dataclass(frozen=True)
+class DpFedAvgConfig:
+    """DP-FedAvg of an extractor: ``rounds`` of ``local_epochs`` DP-SGD epochs on every client."""
+
+    rounds: int
+    local_epochs: int
+    sgd: DpSgdSettings = field(default_factory=DpSgdSettings)
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.local_epochs < 1:
+            raise InputError(
+                f"need rounds >= 1 and local_epochs >= 1, got {self.rounds}, {self.local_epochs}"
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class DpFedAvgResult:
+    """What :func:`train_dp_federated` released: the accountants and each round's loss.
+
+    ``epsilon`` is the extractor's per-row guarantee at ``delta`` (the max over clients of
+    their accountants over all rounds, module docstring).
+    """
+
+    accountants: ClientAccountants
+    delta: float
+    round_losses: tuple[float, ...]
+    seconds: float
+
+    @property
+    def epsilon(self) -> float:
+        """The extractor's per-row epsilon at :attr:`delta` (the max over clients)."""
+        return self.accountants.max_epsilon(self.delta)
+
+
+def train_dp_federated(  # noqa: PLR0913 (keyword-only DP-FedAvg hyperparameters)
+    model: ExtractorWithHead,
+    client_data: Sequence[tuple[NDArray[Any], NDArray[Any]]],
+    *,
+    config: DpFedAvgConfig,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device: torch.device,
+) -> DpFedAvgResult:
+    """In-process DP-FedAvg from fresh accountants; ``model`` ends with the final weights.
+
+    Every non-empty client runs :func:`dp_local_train` each round from the global weights,
+    with the generators of the streaming path's ``ClientUpdate``
+    (``client_generator(seed, round, client)`` for sampling and dropout,
+    ``child_torch(seed, "dp-noise", round, client)`` for the noise), its steps recorded in
+    its own accountant of one :class:`ClientAccountants` kept over every round; the server
+    averages (:func:`~simulator.models.fedavg.fedavg_rounds`).
+
+    Raises
+    ------
+    InputError
+        No client has any row.
+    """
+    if not any(len(x) for x, _ in client_data):
+        raise InputError("no client has any training rows")
+    accountants = ClientAccountants()
+
+    def local_round(r: int, global_arrays: StateArrays) -> list[LocalUpdate]:
+        updates = []
+        for c, (x, y) in enumerate(client_data):
+            if not len(x):
+                continue
+            load_arrays(model, global_arrays)
+            run = dp_local_train(
+                model,
+                x,
+                y,
+                epochs=config.local_epochs,
+                batch_size=batch_size,
+                lr=lr,
+                settings=config.sgd,
+                accountant=accountants.accountant(c),
+                generator=client_generator(seed, r, c),
+                noise_generator=child_torch(seed, "dp-noise", r, c),
+                device=device,
+            )
+            updates.append(run.update)
+        return updates
+
+    losses, seconds = fedavg_rounds(model, config.rounds, local_round, device=device)
+    return DpFedAvgResult(accountants, config.sgd.delta, losses, seconds)

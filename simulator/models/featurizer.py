@@ -10,7 +10,7 @@ features.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from numpy.typing import NDArray
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.models.backbones import ExtractorWithHead
 from simulator.models.fedavg import extract_features
+
+if TYPE_CHECKING:
+    from simulator.models.dp_fedavg import DpFedAvgResult
 
 FloatArray = NDArray[np.float64]
 
@@ -40,6 +43,9 @@ class Featurizer:
         was not trained federatedly).
     seconds : float
         Seconds the extractor's federated training took (0 when not recorded).
+    privacy : DpFedAvgResult or None
+        The DP-FedAvg training's accountants and ``delta`` when the extractor was trained with
+        DP-SGD (the comparison under ``extractor_data: dp``); None otherwise.
     """
 
     model: ExtractorWithHead
@@ -47,6 +53,7 @@ class Featurizer:
     device: torch.device
     round_losses: tuple[float, ...] = ()
     seconds: float = 0.0
+    privacy: DpFedAvgResult | None = None
 
     def __call__(self, x: NDArray[Any]) -> FloatArray:
         """Head features ``z = clip(rff(extractor(x)))`` of every row of ``x``."""

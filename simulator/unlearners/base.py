@@ -32,6 +32,7 @@ from simulator.errors import ConfigError, InputError, UnknownSampleError
 from simulator.features.decorrelation import DecorrelationConfig
 from simulator.head import HeadConfig
 from simulator.models import BackboneConfig
+from simulator.models.dp_fedavg import DpFedAvgConfig
 from simulator.unlearners.option_checks import require_positive_int
 
 FloatArray = NDArray[np.float64]
@@ -61,6 +62,10 @@ class TrainingSet:
         None. A method with an extractor (``uses_extractor_pool``) fits it and everything
         before its head (the RFF bandwidth) on these rows alone; they are no sample ids: never
         removed, never in a head.
+    bandwidth_pool : inputs that no client holds (the test split's, without labels), or None.
+        Under DP training of the extractor (``ModelConfig.extractor_dp``) the RFF map's median
+        bandwidth is computed on their features: a client's row read without noise would fall
+        outside the accountants' guarantee (as ``unlearnsim run`` does).
 
     The arrays are copied on construction; unlearners share them (and state dicts reference
     them) without copying again, so treat them as read-only.
@@ -72,6 +77,7 @@ class TrainingSet:
     groups: IntArray | None = None
     vocab_size: int | None = None
     extractor_pool: TrainingSet | None = None
+    bandwidth_pool: NDArray[Any] | None = None
 
     def __post_init__(self) -> None:
         x, y = np.asarray(self.x), np.asarray(self.y)
@@ -90,6 +96,13 @@ class TrainingSet:
             if g.shape != y.shape or not np.issubdtype(g.dtype, np.integer) or np.any(g < 0):
                 raise InputError("groups must be one non-negative integer per row")
             object.__setattr__(self, "groups", _copy(g, np.int64))
+        if self.bandwidth_pool is not None:
+            rest = np.asarray(self.bandwidth_pool)
+            if rest.shape[1:] != x.shape[1:] or rest.shape[0] < 1:
+                raise InputError(
+                    f"the bandwidth pool's rows {rest.shape} should be (m >= 1, {x.shape[1:]})"
+                )
+            object.__setattr__(self, "bandwidth_pool", _copy(rest))
         pool = self.extractor_pool
         if pool is not None and (
             pool.num_classes != self.num_classes or pool.x.shape[1:] != x.shape[1:]
@@ -127,6 +140,11 @@ class ModelConfig:
     head : the certified head (Guo et al. 2020; ``HeadConfig``).
     decorrelation : DecoRemoval's weight learner (``DecorrelationConfig``).
     device : torch device name (``"cpu"`` or ``"cuda"``).
+    extractor_dp : DP-FedAvg of the extractor (``extractor_data: dp``), or None. Set, every
+        head-based method (the retrain baseline included) trains its extractor with DP-FedAvg
+        over the training set's ``groups`` (the clients) instead of centrally: ``rounds`` of
+        ``local_epochs`` DP-SGD epochs, fresh accountants per training
+        (:func:`simulator.models.dp_fedavg.train_dp_federated`).
     """
 
     backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig("mlp"))
@@ -138,6 +156,7 @@ class ModelConfig:
     head: HeadConfig = field(default_factory=HeadConfig)
     decorrelation: DecorrelationConfig = field(default_factory=DecorrelationConfig)
     device: str = "cpu"
+    extractor_dp: DpFedAvgConfig | None = None
 
     def __post_init__(self) -> None:
         require_positive_int(self, "model", "epochs", "batch_size", "rff_dim")
@@ -248,6 +267,11 @@ POOL_UNUSED_NOTE = (
     "extractor_data public: this method has no separate extractor; it trains its whole "
     "network on the clients' rows and leaves the public pool unused"
 )
+#: What a method without a separate extractor says under ``extractor_data: dp``.
+DP_UNUSED_NOTE = (
+    "extractor_data dp does not apply: this method has no separate extractor and trains "
+    "its whole network as it always does (not with DP-FedAvg)"
+)
 
 
 class BaseUnlearner(ABC, Generic[OptionsT]):
@@ -303,6 +327,8 @@ class BaseUnlearner(ABC, Generic[OptionsT]):
         notes = report.notes
         if train.extractor_pool is not None and not self.uses_extractor_pool:
             notes = (*notes, POOL_UNUSED_NOTE)
+        if self.settings.extractor_dp is not None and not self.uses_extractor_pool:
+            notes = (*notes, DP_UNUSED_NOTE)
         return FitReport(time.perf_counter() - started, report.info, notes)
 
     def remove(self, ids: Ids) -> RemovalOutcome:

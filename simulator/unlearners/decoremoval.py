@@ -46,7 +46,7 @@ from simulator.features.decorrelation import DecorrelationConfig, Objective, fit
 from simulator.models import ExtractorWithHead, extract_features
 from simulator.seeds import child_seed
 from simulator.unlearners.base import FloatArray, IntArray, ModelConfig, TrainingSet
-from simulator.unlearners.features import EpochWeights
+from simulator.unlearners.features import DP_EXTRACTOR_NOTE, EpochWeights
 from simulator.unlearners.headbased import (
     EXTRACTOR_NOTE,
     PUBLIC_EXTRACTOR_NOTE,
@@ -117,6 +117,8 @@ class DecoRemoval(CertifiedHeadUnlearner[DecoRemovalConfig]):
     def _extractor_notes(self, train: TrainingSet) -> tuple[str, ...]:
         if train.extractor_pool is not None:
             return (PUBLIC_EXTRACTOR_NOTE,)
+        if self.settings.extractor_dp is not None:
+            return (DP_EXTRACTOR_NOTE,)
         if self.options.mode == "extractor":
             return (EXTRACTOR_NOTE, EXTRACTOR_MODE_NOTE)
         return (EXTRACTOR_NOTE,)

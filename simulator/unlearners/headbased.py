@@ -31,7 +31,13 @@ from simulator.unlearners.base import (
     OptionsT,
     TrainingSet,
 )
-from simulator.unlearners.features import EpochWeights, head_proba, train_featurizer
+from simulator.unlearners.features import (
+    DP_EXTRACTOR_NOTE,
+    EpochWeights,
+    head_proba,
+    privacy_info,
+    train_featurizer,
+)
 
 #: The note every result of a head-only certificate carries (``method.md`` section 1).
 EXTRACTOR_NOTE = (
@@ -79,6 +85,8 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
     def _extractor_notes(self, train: TrainingSet) -> tuple[str, ...]:
         if train.extractor_pool is not None:
             return (PUBLIC_EXTRACTOR_NOTE,)
+        if self.settings.extractor_dp is not None:
+            return (DP_EXTRACTOR_NOTE,)
         return (EXTRACTOR_NOTE,)
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[HeadState, FitReport]:
@@ -97,6 +105,7 @@ class CertifiedHeadUnlearner(BaseUnlearner[OptionsT]):
         info = dict(sw.info)
         info["budget"] = head.budget
         info["training_residual"] = head.cumulative_residual
+        info.update(privacy_info(featurizer))
         return HeadState(featurizer, head), FitReport(0.0, info, self._extractor_notes(train))
 
     def _remove(self, ids: IntArray) -> tuple[bool, dict[str, float]]:

@@ -21,12 +21,17 @@ from simulator.head import LocalHeadData, train_head
 from simulator.models.featurizer import Featurizer
 from simulator.seeds import child_rng
 from simulator.unlearners.base import BaseUnlearner, FitReport, FloatArray, IntArray, TrainingSet
-from simulator.unlearners.features import head_proba, train_featurizer
+from simulator.unlearners.features import head_proba, privacy_info, train_featurizer
 
 #: What a retrain from scratch retrains under ``extractor_data: public``.
 POOL_NOTE = (
     "extractor and RFF map fitted on the public pool only, which no removal touches: a "
     "retrain from scratch retrains the head on the retained rows, with the same extractor"
+)
+#: What a retrain from scratch retrains under ``extractor_data: dp``.
+DP_NOTE = (
+    "every retrain from scratch trains the extractor again by DP-FedAvg on the retained rows, "
+    "with fresh accountants (fits.json: extractor)"
 )
 
 
@@ -55,8 +60,11 @@ class Retrain(BaseUnlearner[RetrainConfig]):
     uses_extractor_pool: ClassVar[bool] = True
 
     def _fit(self, train: TrainingSet, seed: int) -> tuple[RetrainState, FitReport]:
-        notes = () if train.extractor_pool is None else (POOL_NOTE,)
-        return self._train_on(np.arange(train.n, dtype=np.int64), seed), FitReport(0.0, notes=notes)
+        notes: tuple[str, ...] = () if train.extractor_pool is None else (POOL_NOTE,)
+        if self.settings.extractor_dp is not None:
+            notes = (*notes, DP_NOTE)
+        state = self._train_on(np.arange(train.n, dtype=np.int64), seed)
+        return state, FitReport(0.0, privacy_info(state.featurizer), notes)
 
     def _train_on(self, rows: IntArray, seed: int) -> RetrainState:
         train, settings = self.train, self.settings
