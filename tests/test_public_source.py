@@ -133,7 +133,8 @@ def test_a_test_share_pool_is_never_a_client_row_nor_evaluated(tmp_path: Path) -
     assert shared_rows(a.dataset.x_train[pool], a.dataset.x_train[held]) == 0
     for name, split in a.eval_sets.base.items():
         assert split.y.size == a.dataset.y_test.size, name
-    assert shared_rows(a.featurizer(a.dataset.x_train[pool]), a.eval_sets.features("test", 0)[0]) == 0
+    tested = a.eval_sets.features("test", 0)[0]
+    assert shared_rows(a.featurizer(a.dataset.x_train[pool]), tested) == 0
     assert not np.isin(pool, a.retain_probe).any()
 
 
@@ -180,7 +181,8 @@ def test_a_digits_pool_fits_the_same_featurizer_whatever_the_clients_hold() -> N
         np.testing.assert_array_equal(np.sort(np.concatenate(fed.client_indices)), np.arange(n))
         pool = fed.dataset.x_train[fed.public_indices]
         np.testing.assert_allclose(pool, digits, atol=0.5 / 255 + 1e-7)
-        np.testing.assert_array_equal(fed.dataset.y_train[fed.public_indices], (label == 8).astype(np.int64))
+        pool_labels = fed.dataset.y_train[fed.public_indices]
+        np.testing.assert_array_equal(pool_labels, (label == 8).astype(np.int64))
     assert shared_rows(a.dataset.x_train[:120], b.dataset.x_train[:160]) < 120  # other clients
     fa, fb = fitted_before_the_head(a), fitted_before_the_head(b)
     for key in fa:
