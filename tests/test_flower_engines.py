@@ -136,14 +136,25 @@ def wait_for_event(path: Path, kind: str, proc: subprocess.Popen[bytes], limit: 
     raise AssertionError(f"no {kind} event within {limit:g} s")
 
 
-@pytest.mark.parametrize("provenance", ["private", "public", "dp"])
-def test_simulation_engine_gives_the_inprocess_run(tmp_path: Path, provenance: str) -> None:
+@pytest.mark.parametrize(
+    ("provenance", "pool"),
+    [
+        ("private", "train_share"),
+        ("public", "train_share"),
+        ("public", "test_share"),
+        ("dp", "train_share"),
+    ],
+)
+def test_simulation_engine_gives_the_inprocess_run(
+    tmp_path: Path, provenance: str, pool: str
+) -> None:
     """Every extractor provenance: under public the server trains the extractor on its pool
-    and the ClientApps fit their head statistics on features of the same encoder; under dp
-    each ClientApp runs DP-SGD with its accountant's history carried by the server, and the
+    (a share of the training rows, or of the test split: ``model.public_source``) and the
+    ClientApps fit their head statistics on features of the same encoder; under dp each
+    ClientApp runs DP-SGD with its accountant's history carried by the server, and the
     accounted epsilon is the in-process run's."""
     pytest.importorskip("ray", reason="the simulation engine needs flwr[simulation] (Ray)")
-    chosen = [f"model.extractor_data={provenance}"]
+    chosen = [f"model.extractor_data={provenance}", f"model.public_source={pool}"]
     reference = inprocess(tmp_path / "inprocess", chosen)
     out = tmp_path / "sim"
     done = subprocess.run(

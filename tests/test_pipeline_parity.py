@@ -81,9 +81,18 @@ def assert_scope(folder: Path, provenance: str) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("provenance", ["private", "public", "dp"])
-def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str) -> None:
-    sc = scenario(PARITY, f"model.extractor_data={provenance}")
+@pytest.mark.parametrize(
+    ("provenance", "pool"),
+    [
+        ("private", "train_share"),
+        ("public", "train_share"),
+        ("public", "test_share"),
+        ("dp", "train_share"),
+    ],
+)
+def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str, pool: str) -> None:
+    """Every provenance, and the public pool from the test split (``model.public_source``)."""
+    sc = scenario(PARITY, f"model.extractor_data={provenance}", f"model.public_source={pool}")
     ours, theirs = Exporter(), Exporter()
     run_scenario(
         sc,

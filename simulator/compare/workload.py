@@ -185,6 +185,14 @@ def cut_at_checkpoints(
     return steps, evaluate_after, missed
 
 
+#: Where a public pool's rows come from, by ``model.public_source`` (the workload's note).
+POOL_ORIGIN: dict[str, str] = {
+    "train_share": "of the training split held out",
+    "test_share": "of the test split (evaluated on the rest) taken",
+    "digits": "of scikit-learn's digits (28x28) taken",
+}
+
+
 def build_workload(
     scenario: Scenario, seed: int, *, checkpoints: Sequence[int] | None = None
 ) -> Workload:
@@ -201,9 +209,10 @@ def build_workload(
     notes = []
     if public.size:
         notes.append(
-            f"extractor_data public: {public.size} rows held out as the public pool (no client "
-            "holds one); every method with an extractor, the retrain baseline included, fits "
-            "it and the RFF map on the pool alone and its head on the clients' rows"
+            f"extractor_data public: {public.size} rows {POOL_ORIGIN[sc.model.public_source]} "
+            "as the public pool (no client holds one); every method with an extractor, the "
+            "retrain baseline included, fits it and the RFF map on the pool alone and its "
+            "head on the clients' rows"
         )
     dp = sc.model.extractor_data == "dp"
     if dp:

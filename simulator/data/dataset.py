@@ -51,6 +51,11 @@ class Dataset:
         "Datasets") and their labels.  ``ood_y`` holds the *original* label of each row in the
         source's own label space (not ``0 .. num_classes - 1``); a source that has no such
         label uses ``-1``.  For ``synthetic`` it holds the true labels of the shifted test set.
+    public_rows : NDArray[np.int64] or None
+        Training rows that came from a declared public source rather than the source's own
+        training split (``model.public_source``: ``test_share``, ``digits``), appended after
+        them (ids ``n .. n_train - 1``): the public pool, which no client ever holds.  None
+        when there is no such pool (a ``train_share`` pool is drawn by the runner instead).
     """
 
     name: str
@@ -66,6 +71,7 @@ class Dataset:
     vocab_size: int | None = None
     ood_x: NDArray[Any] | None = None
     ood_y: NDArray[np.int64] | None = None
+    public_rows: NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         if self.modality not in MODALITIES:
@@ -91,6 +97,7 @@ class Dataset:
         _check_labels(self.name, "y_test", self.y_test, self.num_classes)
         if len(self.y_train) == 0:
             raise InputError(f"Dataset {self.name!r}: the training split is empty")
+        self._check_public_rows()
         splits = [("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)]
         if (self.ood_x is None) != (self.ood_y is None):
             raise InputError(f"Dataset {self.name!r}: ood_x and ood_y must be given together")
@@ -105,6 +112,21 @@ class Dataset:
                     f"{self.x_train.shape[1]}"
                 )
             self._check_values(split, x)
+
+    def _check_public_rows(self) -> None:
+        rows = self.public_rows
+        if rows is None:
+            return
+        n = len(self.y_train)
+        if rows.ndim != 1 or rows.size == 0 or rows.size >= n:
+            raise InputError(
+                f"Dataset {self.name!r}: public_rows should be 1..{n - 1} training row ids, "
+                f"got {rows.size}"
+            )
+        if not np.array_equal(rows, np.arange(n - rows.size, n)):
+            raise InputError(
+                f"Dataset {self.name!r}: public_rows should be the last {rows.size} training rows"
+            )
 
     def _check_values(self, split: str, x: NDArray[Any]) -> None:
         if self.modality == "tokens":

@@ -39,12 +39,32 @@ class LoadRequest:
     fit_rows : callable or None
         Given the number of selected training rows, the ones an encoder may fit its statistics
         on (a public pool: ``model.extractor_data: public``); None: every training row.
+    public_rows : PublicRows or None
+        A public pool from a declared source other than the training rows
+        (``model.public_source``: ``test_share``, ``digits``): appended after the training
+        rows, and the only rows the encoder fits on (``fit_rows`` is then None).
     """
 
     spec: DataSpec
     rng: np.random.Generator
     cache_dir: str | None = None
     fit_rows: Callable[[int], IntArray] | None = None
+    public_rows: PublicRows | None = None
+
+
+#: Rows and their labels (``x`` an array or a data frame).
+Labelled = tuple[Any, IntArray]
+
+
+class PublicRows(Protocol):
+    """Draws a public pool once the splits are selected (:mod:`simulator.data.public_pool`)."""
+
+    def __call__(self, test: Labelled, class_labels: tuple[int, ...]) -> tuple[Labelled, Labelled]:
+        """``(pool, test rows left)`` from the selected ``test`` rows (labels ``0..k-1``).
+
+        ``class_labels``: the source's label of each class index.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -146,7 +166,8 @@ def take(rows: Any, index: IntArray) -> Any:
     return rows[index]
 
 
-def _concat(first: Any, second: Any) -> Any:
+def concat(first: Any, second: Any) -> Any:
+    """Rows of ``first`` then rows of ``second`` (arrays, or frames with a fresh index)."""
     if hasattr(first, "iloc"):
         import pandas as pd
 
@@ -178,7 +199,7 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
                 f"source {raw.name!r} builds its own OOD set; drop 'classes'", "classes"
             )
         sel = select_classes(y_train, y_test, spec.classes, len(raw.class_names))
-        x_ood = _concat(take(x_train, sel.ood_train), take(x_test, sel.ood_test))
+        x_ood = concat(take(x_train, sel.ood_train), take(x_test, sel.ood_test))
         y_ood = np.concatenate([y_train[sel.ood_train], y_test[sel.ood_test]]).astype(np.int64)
         x_train, y_train = take(x_train, sel.train), sel.relabel(y_train[sel.train])
         x_test, y_test = take(x_test, sel.test), sel.relabel(y_test[sel.test])
@@ -195,7 +216,15 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
             x_ood, y_ood = take(x_ood, keep), y_ood[keep]
     if y_ood is not None and len(y_ood) == 0:
         x_ood, y_ood = None, None
-    fit = None if request.fit_rows is None else take(x_train, request.fit_rows(len(y_train)))
+    public_rows = None
+    if request.public_rows is not None:
+        (x_train, y_train), (x_test, y_test), public_rows = _append_public(
+            request.public_rows, (x_train, y_train), (x_test, y_test), class_labels
+        )
+    fit_rows = request.fit_rows
+    fit = None if fit_rows is None else take(x_train, fit_rows(len(y_train)))
+    if public_rows is not None:
+        fit = take(x_train, public_rows)
     features = _featurise(raw, x_train, x_test, x_ood, fit)
     return Dataset(
         name=raw.name,
@@ -211,7 +240,23 @@ def assemble(raw: RawSource, request: LoadRequest) -> Dataset:
         vocab_size=features.vocab_size,
         ood_x=features.x_ood,
         ood_y=None if y_ood is None else y_ood.astype(np.int64),
+        public_rows=public_rows,
     )
+
+
+def _append_public(
+    draw: PublicRows, train: Labelled, test: Labelled, class_labels: tuple[int, ...]
+) -> tuple[Labelled, Labelled, IntArray]:
+    """The training rows with the drawn pool appended, the test rows left, and the pool's ids.
+
+    The pool's ids are ``n .. n + k - 1`` after the ``n`` source training rows: sample ids of
+    the source's rows do not move, and no client is ever given a pool row.
+    """
+    (x_pool, y_pool), rest = draw(test, class_labels)
+    n = len(train[1])
+    rows = np.arange(n, n + len(y_pool), dtype=np.int64)
+    merged = (concat(train[0], x_pool), np.concatenate([train[1], y_pool]).astype(np.int64))
+    return merged, rest, rows
 
 
 def _featurise(raw: RawSource, train: Any, test: Any, ood: Any | None, fit: Any) -> FeatureSet:

@@ -38,7 +38,7 @@ from simulator.data.images import (
     load_mnist,
 )
 from simulator.data.public_tables import read_adult, read_gss_happiness
-from simulator.data.raw import LoadRequest, RawSource, assemble, require_path
+from simulator.data.raw import LoadRequest, PublicRows, RawSource, assemble, require_path
 from simulator.data.selection import IntArray
 from simulator.data.synthetic import make_synthetic
 from simulator.data.tabular import read_csv_table, table_source
@@ -113,6 +113,7 @@ def load_source(
     rng: np.random.Generator,
     cache_dir: str | None = None,
     fit_rows: Callable[[int], IntArray] | None = None,
+    public_rows: PublicRows | None = None,
 ) -> Dataset:
     """Load the source a ``data`` section names as a :class:`Dataset`.
 
@@ -137,6 +138,10 @@ def load_source(
         ``fit_rows(n)``: which of the ``n`` selected training rows an encoder fits its
         statistics on (standardisation, one-hot categories, a vocabulary); default all of
         them. A public extractor passes its pool, so nothing fitted reads a client's row.
+    public_rows : PublicRows, optional
+        A pool from a declared source other than the training rows
+        (:mod:`simulator.data.public_sources`), drawn once the splits are selected and appended
+        after the training rows (``Dataset.public_rows``); the encoder fits on it alone.
 
     Returns
     -------
@@ -152,5 +157,5 @@ def load_source(
     InputError
         A user file is malformed.
     """
-    request = LoadRequest(spec, rng, cache_dir, fit_rows)
+    request = LoadRequest(spec, rng, cache_dir, fit_rows, public_rows)
     return assemble(LOADERS[spec.source](request), request)

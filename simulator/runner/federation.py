@@ -12,6 +12,8 @@ from numpy.typing import NDArray
 
 from simulator.data import load_source, partition
 from simulator.data.dataset import Dataset
+from simulator.data.public_sources import digits_pool, share_of_test_split
+from simulator.data.raw import PublicRows
 from simulator.errors import ConfigError, InputError
 from simulator.federation import ClientReport, FederatedHeadData
 from simulator.head import CertifiedHead
@@ -381,17 +383,43 @@ class Stateful(Protocol):
 
 
 def public_pool(scenario: Scenario, n: int) -> IntArray:
-    """The public pool among ``n`` training rows (empty unless ``extractor_data: public``).
+    """The ``train_share`` public pool among ``n`` training rows (else empty).
 
-    A seeded ``model.public_fraction`` share of the rows, drawn before any client gets a row:
-    the extractor, the RFF bandwidth and the encoder's statistics are fitted on it alone, and
-    no client ever holds one of its rows (:func:`check_public_pool`).
+    Under ``extractor_data: public`` with ``model.public_source: train_share``, a seeded
+    ``model.public_fraction`` share of the rows, drawn before any client gets a row: the
+    extractor, the RFF bandwidth and the encoder's statistics are fitted on it alone, and no
+    client ever holds one of its rows (:func:`check_public_pool`). The other sources' pools
+    come with the dataset (:func:`public_rows_source`, ``Dataset.public_rows``).
     """
-    if scenario.model.extractor_data != "public":
+    model = scenario.model
+    if model.extractor_data != "public" or model.public_source != "train_share":
         return np.zeros(0, dtype=np.int64)
     rng = child_rng(scenario.seed, "public")
     k = round(scenario.model.public_fraction * n)
     return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+
+
+def public_rows_source(scenario: Scenario) -> PublicRows | None:
+    """The pool of a declared source other than the training rows (``model.public_source``).
+
+    ``test_share``: a seeded ``model.public_fraction`` share of the test split, which leaves
+    it; ``digits``: scikit-learn's digits as MNIST images (:mod:`simulator.data.public_sources`).
+    None for ``train_share`` (:func:`public_pool`) and without ``extractor_data: public``.
+    """
+    model = scenario.model
+    if model.extractor_data != "public" or model.public_source == "train_share":
+        return None
+    if model.public_source == "digits":
+        return digits_pool
+    rng = child_rng(scenario.seed, "public")
+    return partial(share_of_test_split, fraction=model.public_fraction, rng=rng)
+
+
+def pool_of(scenario: Scenario, ds: Dataset) -> IntArray:
+    """The public pool's training row ids: the dataset's own, or the ``train_share`` draw."""
+    if ds.public_rows is not None:
+        return ds.public_rows
+    return public_pool(scenario, ds.n_train)
 
 
 def check_public_pool(public: IntArray, shards: list[IntArray]) -> None:
@@ -481,11 +509,17 @@ def load_dataset(scenario: Scenario) -> Dataset:
     """Load the scenario's source and check class ids against it.
 
     Under ``extractor_data: public`` the source's encoder (standardisation, one-hot
-    categories, vocabulary) is fitted on the public pool's rows only (:func:`public_pool`).
+    categories, vocabulary) is fitted on the public pool's rows only (:func:`public_pool`, or
+    a declared source's pool appended to the training rows: :func:`public_rows_source`).
     """
-    public = scenario.model.extractor_data == "public"
-    fit_rows = partial(public_pool, scenario) if public else None
-    ds = load_source(scenario.data, rng=child_rng(scenario.seed, "data"), fit_rows=fit_rows)
+    model = scenario.model
+    train_share = model.extractor_data == "public" and model.public_source == "train_share"
+    ds = load_source(
+        scenario.data,
+        rng=child_rng(scenario.seed, "data"),
+        fit_rows=partial(public_pool, scenario) if train_share else None,
+        public_rows=public_rows_source(scenario),
+    )
     scenario.check_against(None if scenario.data.classes is not None else ds.num_classes)
     return ds
 
@@ -493,7 +527,7 @@ def load_dataset(scenario: Scenario) -> Dataset:
 def split_clients(scenario: Scenario, ds: Dataset) -> tuple[list[IntArray], IntArray]:
     """Client shards (global row ids) and, for a public extractor, the public pool."""
     n = ds.y_train.shape[0]
-    public = public_pool(scenario, n)
+    public = pool_of(scenario, ds)
     ids = np.setdiff1d(np.arange(n, dtype=np.int64), public)
     spec = scenario.partition
     flat = ds.x_train[ids].reshape(len(ids), -1) if spec.kind == "covariate" else None

@@ -29,6 +29,10 @@ from simulator.scenario._base import (
     refuse,
 )
 
+#: Where the public pool of ``extractor_data: public`` comes from
+#: (:mod:`simulator.data.public_sources`, :func:`simulator.runner.federation.public_pool`).
+PublicSource = Literal["train_share", "test_share", "digits"]
+
 #: Dependence objectives of the decorrelation weights (:mod:`simulator.features.decorrelation`).
 Objective = Literal["paper", "stablenet", "class_conditional"]
 
@@ -96,7 +100,17 @@ class ModelSpec(Section):
         default=0.2,
         gt=0,
         lt=1,
-        description="Share of the training data held out as the public pool.",
+        description="Share of the training data held out as the public pool "
+        "(public_source train_share), or of the test split (test_share).",
+    )
+    public_source: PublicSource = Field(
+        default="train_share",
+        description="Where the public pool of extractor_data public comes from. "
+        "train_share: a seeded public_fraction share of the training rows, held out of the "
+        "federation; test_share: a seeded public_fraction share of the test split, removed "
+        "from every evaluation set (the clients keep every training row); digits: "
+        "scikit-learn's 8x8 digits of the scenario's classes as 28x28 images (source mnist; "
+        "every digit of those classes: public_fraction is not used).",
     )
 
     @field_validator("hidden")
@@ -107,6 +121,17 @@ class ModelSpec(Section):
         if any(width > MAX_WIDTH for width in hidden) or len(hidden) > MAX_LAYERS:
             raise ValueError(f"at most {MAX_LAYERS} widths, each at most {MAX_WIDTH}")
         return hidden
+
+    @model_validator(mode="after")
+    def _public_source_applies(self) -> ModelSpec:
+        if self.public_source != "train_share" and self.extractor_data != "public":
+            refuse(
+                ("public_source",),
+                "applies to extractor_data 'public' (the only provenance with a public "
+                f"pool), extractor_data is '{self.extractor_data}'",
+                got=self.public_source,
+            )
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:

@@ -91,6 +91,7 @@ class Scenario(Section):
         checks = Checks()
         self._check_learner(checks)
         self._check_extractor_limit(checks)
+        self._check_public_source(checks)
         if self.client_threads > 1 and self.transport != "inprocess":
             checks.add(
                 ("client_threads",),
@@ -146,6 +147,31 @@ class Scenario(Section):
                 "retraining the extractor mid-stream is built for the in-process transport "
                 "only (a Flower client rebuilds its shard from the scenario and would need "
                 f"its retained ids), transport is '{self.transport}'",
+            )
+
+    def _check_public_source(self, checks: Checks) -> None:
+        """``model.public_source: digits`` needs a digit source and no ``digits`` shift split.
+
+        Other sources' classes are not digits (``digits`` as the source would be its own
+        pool); the natural ``digits`` shift split evaluates the very rows the pool is made of.
+        """
+        if self.model.public_source != "digits":
+            return
+        where = ("model", "public_source")
+        if self.data.source not in DIGIT_SOURCES:
+            checks.add(
+                where,
+                "'digits' (scikit-learn's handwritten digits) is a public pool for a digit "
+                f"source ({', '.join(DIGIT_SOURCES)}), source is '{self.data.source}' (use "
+                "train_share or test_share)",
+                got="digits",
+            )
+        if any(s.kind == "digits" for s in self.evaluation.shift_splits):
+            checks.add(
+                where,
+                "'digits' would evaluate its own pool: evaluation.shift_splits has a 'digits' "
+                "split (the same scikit-learn digits)",
+                got="digits",
             )
 
     def _check_stream(self, checks: Checks) -> None:
