@@ -222,6 +222,8 @@ class DeletionConsumer:
                         state.published_until = publisher.publish(
                             state.outbox, state.batch, start=state.published_until, verify=True
                         )
+                if not resumed:  # the journal's base snapshot is set-up, not the first batch's
+                    store.snapshot(state)
                 if state.run.evaluate and state.run.monitor is None:
                     # the evaluation baselines are set-up, not the first batch's latency (the
                     # same values: nothing is deleted between here and the first batch)
