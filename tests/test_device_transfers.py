@@ -10,7 +10,8 @@ one (``solver.py``); each correction step (a solve and an exact pass, ``certifie
 Whatever K is, a removal that does not retrain reads back at most ``MAX_READS_PER_REMOVAL``
 times here, plus those of its correction steps. torch runs here with
 ``UNLEARNSIM_TORCH_GPU_PATH=1``: the code path a GPU takes, without the CPU's numpy shortcuts
-(and without bulk rows: large batches fold on that path, ``solver.py``).
+A solve's conjugate-gradient iterations (bulk rows, ``solver.py``) read back once each: the
+count is taken less the solver's iterations after its first.
 """
 
 import numpy as np
@@ -23,7 +24,7 @@ from simulator.head.backend import GPU_PATH_VARIABLE, TorchBackend
 
 pytest.importorskip("torch")
 
-#: solve + bounds + exact pass + refactorisation check + a further Neumann step (docstring)
+#: solve + bounds + exact pass + refactorisation check + a CG solve's closing residual
 MAX_READS_PER_REMOVAL = 5
 #: the common path of a charge by bounds alone (``guo``, ``worst``, most ``anchored`` steps)
 COMMON_PATH_READS = 2
@@ -56,7 +57,8 @@ def reads_per_removal(head: CertifiedHead, batches: list[list[int]]) -> list[tup
         with TransferCounter() as counter:
             report = head.remove(ids)
         if not report.retrained:
-            out.append((counter.count - correction_reads(report.corrections), counter.report()))
+            extra = correction_reads(report.corrections) + max(0, report.solver_iterations - 1)
+            out.append((counter.count - extra, counter.report()))
     return out
 
 

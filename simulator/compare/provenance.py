@@ -21,13 +21,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from simulator.compare.workload import Workload
 from simulator.head.scope import PUBLIC, ExtractorGuarantee, certificate_scope
 
-if TYPE_CHECKING:
-    from simulator.compare.harness import FitRecord
+
+class FitRecord(Protocol):
+    """What this module reads of a fit (``simulator.compare.harness.FitRecord``)."""
+
+    @property
+    def seed(self) -> int:
+        """The fit's seed."""
+        ...
+
+    @property
+    def info(self) -> Mapping[str, float]:
+        """The method's own numbers (``extractor_epsilon`` among them under ``dp``)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -129,10 +129,7 @@ class HessianSolver:
         self.max_pending_rows = (
             default_pending_rows(d) if max_pending_rows is None else max_pending_rows
         )
-        # where the backend prefers products (a GPU) a fold takes milliseconds and every
-        # conjugate-gradient step a read-back: large batches fold there, as before
-        bulk = 0 if self._bk.prefers_products else default_bulk_rows(d)
-        self.max_bulk_rows = bulk if max_bulk_rows is None else max_bulk_rows
+        self.max_bulk_rows = default_bulk_rows(d) if max_bulk_rows is None else max_bulk_rows
         self.rtol = rtol
         self.max_refine = max_refine
         self.bulk_iterations = bulk_iterations
