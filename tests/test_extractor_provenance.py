@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.tables import write_table
 
 from simulator.compare import build_workload
 from simulator.data.selection import stratified_split
@@ -28,7 +29,6 @@ from simulator.unlearners import TrainingSet, create_unlearner
 from simulator.unlearners.base import ModelConfig
 from simulator.unlearners.features import train_featurizer
 
-ROWS = 300
 TABLE = """
 name: table_public
 description: a CSV table; the encoder, extractor and RFF map must come from the public pool
@@ -45,30 +45,6 @@ stream:
     - {{name: a, ticks: 2, rate: 2, samples_per_request: 2}}
 evaluation: {{checkpoints: []}}
 """
-
-
-def write_table(path: Path, *, perturb: np.ndarray | None = None) -> None:
-    """A labelled table with numeric (one with gaps) and categorical columns.
-
-    ``perturb``: raw row ids whose features (never their labels) are replaced.
-    """
-    import pandas as pd
-
-    rng = np.random.default_rng(0)
-    label = rng.integers(0, 2, ROWS)
-    frame = pd.DataFrame(
-        {
-            "x1": rng.normal(label, 1.0),
-            "x2": np.where(rng.random(ROWS) < 0.1, np.nan, rng.normal(0, 2, ROWS)),
-            "kind": rng.choice(["a", "b", "c"], ROWS),
-            "label": label,
-        }
-    )
-    if perturb is not None:
-        frame.loc[perturb, "x1"] = frame.loc[perturb, "x1"] * 7 + 100
-        frame.loc[perturb, "x2"] = np.nan
-        frame.loc[perturb, "kind"] = "only-in-client-rows"
-    frame.to_csv(path, index=False)
 
 
 def table_scenario(path: Path, provenance: str) -> Scenario:

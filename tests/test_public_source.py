@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.tables import write_table
 
 from simulator.compare import build_workload
 from simulator.data.natural import digits_as_mnist
@@ -25,7 +26,6 @@ from simulator.runner.federation import Federation, build_federation, load_datas
 from simulator.scenario import Scenario, parse_scenario
 from simulator.seeds import child_rng
 
-ROWS = 300
 TABLE = """
 name: table_public_source
 description: a CSV table whose public pool is a share of its test split
@@ -42,30 +42,6 @@ stream:
     - {{name: a, ticks: 2, rate: 2, samples_per_request: 2}}
 evaluation: {{checkpoints: []}}
 """
-
-
-def write_table(path: Path, *, perturb: np.ndarray | None = None) -> None:
-    """A labelled table with numeric (one with gaps) and categorical columns.
-
-    ``perturb``: raw row ids whose features (never their labels) are replaced.
-    """
-    import pandas as pd
-
-    rng = np.random.default_rng(0)
-    label = rng.integers(0, 2, ROWS)
-    frame = pd.DataFrame(
-        {
-            "x1": rng.normal(label, 1.0),
-            "x2": np.where(rng.random(ROWS) < 0.1, np.nan, rng.normal(0, 2, ROWS)),
-            "kind": rng.choice(["a", "b", "c"], ROWS),
-            "label": label,
-        }
-    )
-    if perturb is not None:
-        frame.loc[perturb, "x1"] = frame.loc[perturb, "x1"] * 7 + 100
-        frame.loc[perturb, "x2"] = np.nan
-        frame.loc[perturb, "kind"] = "only-in-client-rows"
-    frame.to_csv(path, index=False)
 
 
 def table_scenario(path: Path, source: str | None) -> Scenario:
