@@ -13,7 +13,7 @@ type-II form):
     w_hat_k = w_k - dW_k gamma_k,   g_hat_k = g_k - dG_k gamma_k,
 
 and the next iterate is ``w_hat - P^{-1} g_hat``. On a quadratic loss and with every iterate kept
-this is essentially GMRES with preconditioner ``P`` (Walker and Ni, Theorem 2.2; here the last
+this is essentially GMRES with preconditioner ``P`` (Walker and Ni 2011; here the last
 three are kept, a truncated form); it only proposes: the head released is always one whose exact
 gradient was measured, so the mixing changes how fast the residual falls, never what is
 charged. Each class is mixed on its own (the gradient of column ``k`` depends on ``w_k`` only).
