@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.tables import write_table
+from support.provenance import fitted_before_the_head, write_table
 
 from simulator.compare import build_workload
 from simulator.data.selection import stratified_split
@@ -59,17 +59,6 @@ def client_raw_rows(scenario: Scenario) -> np.ndarray:
     split = stratified_split(labels, scenario.data.test_fraction, child_rng(scenario.seed, "data"))
     pool = public_pool(scenario, split.train.size)
     return split.train[np.setdiff1d(np.arange(split.train.size), pool)]
-
-
-def fitted_before_the_head(fed) -> dict[str, np.ndarray]:
-    """Every array fitted before the head: the extractor's weights and the RFF map."""
-    torch.set_num_threads(1)
-    out = {
-        f"extractor.{k}": v.detach().cpu().numpy()
-        for k, v in fed.featurizer.model.state_dict().items()
-    }
-    out.update({f"rff.{k}": v for k, v in fed.featurizer.rff.to_arrays().items()})
-    return out
 
 
 @pytest.mark.parametrize("provenance", ["public", "private"])

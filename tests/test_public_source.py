@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from support.tables import write_table
+from support.provenance import fitted_before_the_head, write_table
 
 from simulator.compare import build_workload
 from simulator.data.natural import digits_as_mnist
 from simulator.data.selection import stratified_split
 from simulator.errors import ConfigError
-from simulator.runner.federation import Federation, build_federation, load_dataset
+from simulator.runner.federation import build_federation, load_dataset
 from simulator.scenario import Scenario, parse_scenario
 from simulator.seeds import child_rng
 
@@ -56,17 +55,6 @@ def raw_split(scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
     labels = pd.read_csv(scenario.data.path)["label"].to_numpy(dtype=np.int64)
     split = stratified_split(labels, scenario.data.test_fraction, child_rng(scenario.seed, "data"))
     return split.train, split.test
-
-
-def fitted_before_the_head(fed: Federation) -> dict[str, np.ndarray]:
-    """Every array fitted before the head: the extractor's weights and the RFF map."""
-    torch.set_num_threads(1)
-    out = {
-        f"extractor.{k}": v.detach().cpu().numpy()
-        for k, v in fed.featurizer.model.state_dict().items()
-    }
-    out.update({f"rff.{k}": v for k, v in fed.featurizer.rff.to_arrays().items()})
-    return out
 
 
 def shared_rows(a: np.ndarray, b: np.ndarray) -> int:

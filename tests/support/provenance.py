@@ -1,10 +1,12 @@
-"""A small labelled table with numeric, gapped and categorical columns (provenance tests)."""
+"""What the provenance tests share: a small labelled table, and what is fitted before the head."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
 #: Rows of the table.
 ROWS = 300
@@ -32,3 +34,14 @@ def write_table(path: Path, *, perturb: np.ndarray | None = None) -> None:
         frame.loc[perturb, "x2"] = np.nan
         frame.loc[perturb, "kind"] = "only-in-client-rows"
     frame.to_csv(path, index=False)
+
+
+def fitted_before_the_head(fed: Any) -> dict[str, np.ndarray]:
+    """Every array fitted before the head: the extractor's weights and the RFF map."""
+    torch.set_num_threads(1)
+    out = {
+        f"extractor.{k}": v.detach().cpu().numpy()
+        for k, v in fed.featurizer.model.state_dict().items()
+    }
+    out.update({f"rff.{k}": v for k, v in fed.featurizer.rff.to_arrays().items()})
+    return out
