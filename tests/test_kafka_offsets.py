@@ -23,7 +23,7 @@ from server.kafka.consumer import DeletionConsumer
 from server.kafka.offsets import OffsetGapError
 from server.kafka.producer import replay_requests
 from server.kafka.publisher import Publisher
-from server.kafka.topics import Topics
+from server.kafka.topics import Topics, ensure_topics
 from simulator.runner.federation import Federation, build_federation
 
 __all__ = ["broker"]
@@ -40,9 +40,15 @@ def consume(built: Federation, bootstrap: str, folder: Path, **extra: Any) -> di
 
 
 def restart_empty(broker: LocalBroker) -> None:
-    """Stop the broker and start it again on the same port: memory:// storage starts empty."""
+    """Stop the broker and start it again on the same port: memory:// storage starts empty.
+
+    The topics are created at once, one partition each: Tansu ignores a client's
+    ``allow_auto_create_topics=False`` and gives a topic that a running consumer's fetch
+    re-creates its default of 4 partitions, and the tests below are about one partition.
+    """
     broker.stop()
     broker.start()
+    ensure_topics(broker.bootstrap, Topics())
 
 
 def events(folder: Path) -> list[dict[str, Any]]:
