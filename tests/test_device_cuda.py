@@ -54,10 +54,12 @@ def test_head_on_cuda_with_reweighting_matches_numpy() -> None:
     run_stream(*twin_heads("torch", "cuda", reweigh=True, sigma=0.5, lam=1e-2))
 
 
-def test_federation_with_the_head_on_cuda(tmp_path: Path) -> None:
-    """Clients keep numpy statistics; the server's head runs on the GPU."""
+@pytest.mark.parametrize("client_rows", ["host", "auto"])
+def test_federation_with_the_head_on_cuda(tmp_path: Path, client_rows: str) -> None:
+    """The server's head runs on the GPU; the clients keep their rows in numpy (``host``) or
+    on the GPU beside the head (``auto``, ``head.client_rows``: the default on cuda)."""
     cpu = run("cpu", tmp_path / "cpu")
-    gpu = run("cpu", tmp_path / "head-cuda", "head.device=cuda")
+    gpu = run("cpu", tmp_path / "head-cuda", "head.device=cuda", f"head.client_rows={client_rows}")
     assert gpu["removed_total"] == cpu["removed_total"] > 0
     assert gpu["model_version"] == cpu["model_version"]
     assert gpu["accuracy_test"] == pytest.approx(cpu["accuracy_test"], abs=1e-6)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,3 +139,86 @@ def _token(path: Path) -> str:
     size = int.from_bytes(path.read_bytes()[:8], "big")
     payload = path.read_bytes()[40 : 40 + size]
     return journal.JournalRecord.from_payload(payload).snapshot
+
+
+class HeldStore(CheckpointStore):
+    """A store whose background snapshot waits for ``release``: the moments before and after
+    its rename can be looked at (copies of the folder are what a crash then would leave)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+        self.written = threading.Event()
+
+    def _write_snapshot(self, writer: Any) -> None:
+        self.release.wait(60)
+        super()._write_snapshot(writer)
+        self.written.set()
+
+
+def crash_copy(folder: Path, to: Path) -> Path:
+    """What a crash now would leave: the checkpoint and the journal as they are on disk."""
+    to.mkdir()
+    for name in (journal.NAME, "checkpoint.npz"):
+        shutil.copy2(folder / name, to / name)
+    return to
+
+
+def test_a_background_snapshot_restores_the_same_head_at_any_moment(
+    initial: Federation, tmp_path: Path
+) -> None:
+    fed = copy.deepcopy(initial)
+    live = tmp_path / "live"
+    with HeldStore(live, fed, snapshot_every=3, background=True) as store:
+        state, prints = consume(fed, store, 5)  # snapshot 1 (first save: written at once),
+        assert store._writing is not None  # batch 4's is held, 5 journaled past it
+        before_rename = crash_copy(live, tmp_path / "before")
+        store.release.set()
+        assert store.written.wait(60)
+        after_rename = crash_copy(live, tmp_path / "after")  # the journal not yet rewritten
+        state, more = consume(fed, store, 1, state)  # finds the snapshot on disk: rewrites
+        assert len(journal.read(live / journal.NAME, store._token)) == 2  # batches 5 and 6
+        assert len(journal.read(live / journal.NAME, "any")) == 0
+    for folder, last in ((before_rename, prints[4]), (after_rename, prints[4]), (live, more[0])):
+        back, loaded = restored(initial, folder)
+        assert loaded is not None and federation_fingerprint(back) == last, folder.name
+    back, loaded = restored(initial, before_rename)
+    assert loaded is not None and loaded.batch == 5  # 2-5 on snapshot 1
+    back, loaded = restored(initial, after_rename)
+    assert loaded is not None and loaded.batch == 5  # 5 alone on snapshot 4 (not 2-4 twice)
+
+
+def test_a_background_snapshot_is_a_copy_of_its_batch(initial: Federation, tmp_path: Path) -> None:
+    """Batches applied while the snapshot is written must not leak into it."""
+    fed = copy.deepcopy(initial)
+    with HeldStore(tmp_path, fed, snapshot_every=3, background=True) as store:
+        _, prints = consume(fed, store, 6)  # batch 4's snapshot held while 5 and 6 run
+        store.release.set()
+    journal.clear(tmp_path / journal.NAME, fsync=False)  # the snapshot alone
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 4
+    assert federation_fingerprint(back) == prints[3]
+
+
+def test_a_failed_background_snapshot_stops_the_consumer_and_loses_nothing(
+    initial: Federation, tmp_path: Path
+) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=3, background=True) as store:
+        state, prints = consume(fed, store, 1)
+        kept = tmp_path / "kept.npz"
+        shutil.copy2(store.path, kept)
+        store.path.unlink()
+        (store.path / "in-the-way").mkdir(parents=True)  # the rename onto it fails
+        state, prints = consume(fed, store, 3, state)  # batch 4's snapshot fails on its thread
+        assert store._writing is not None
+        store._writing.thread.join()
+        with pytest.raises(CheckpointError, match=r"could not be written.*journal still holds"):
+            consume(fed, store, 1, state)  # batch 5 stops before it is saved: read again later
+        (store.path / "in-the-way").rmdir()
+        store.path.rmdir()
+        shutil.copy2(kept, store.path)
+        store._token = ""  # closing: nothing in flight any more
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 4  # every batch journaled stays
+    assert federation_fingerprint(back) == prints[-1]

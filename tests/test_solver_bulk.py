@@ -8,6 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from support.heads import planted_problem
 
 from simulator.head import CertifiedHead, HeadConfig, HessianSolver, LocalHeadData
@@ -125,7 +126,17 @@ def test_certified_batches_with_bulk_rows_match_the_folded_head(accounting: str)
     np.testing.assert_allclose(heads[0].W, heads[1].W, rtol=1e-5, atol=1e-8)
 
 
-def test_bulk_rows_on_torch_match_numpy() -> None:
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ),
+    ],
+)
+def test_bulk_rows_on_torch_match_numpy(device: str) -> None:
     """The bulk path (CG with the Woodbury preconditioner) on torch's kernels: the GPU's code."""
     from simulator.head.backend import NumpyBackend, TorchBackend
 
@@ -134,7 +145,7 @@ def test_bulk_rows_on_torch_match_numpy() -> None:
     batches = [batch(rng, m) for m in (3, 20, 30)]
     g = rng.normal(size=(D, K))
     steps = []
-    for bk in (NumpyBackend(), TorchBackend("cpu")):
+    for bk in (NumpyBackend(), TorchBackend(device)):
         solver = HessianSolver(bk.asarray(H), backend=bk, max_pending_rows=8)
         for rows, coef in batches:
             solver.downdate_rows(rows, coef, diagonal=0.05)

@@ -25,6 +25,7 @@ from simulator.errors import ClientUnavailableError, InputError
 from simulator.federation import ClientReport
 from simulator.federation.codec import decode_statistics
 from simulator.head import HeadConfig
+from simulator.head.backend import NUMPY
 from simulator.models import LocalUpdate, StateArrays, state_to_arrays
 from simulator.models.dp_fedavg import ClientAccountants, history_from_json, history_to_json
 from simulator.models.featurizer import Featurizer
@@ -69,6 +70,7 @@ class FlowerTransport:
         self.name = name
         #: the fan-out sending one question to many clients
         self.fanout = FlowerFanout(self)
+        self.rows_backend = NUMPY  # a message carries numpy arrays
         self._channels: dict[int, FlowerClientChannel] = {}
         self._clients = list(range(scenario.partition.num_clients))
         self._exact_round = needs_exact_residual(head_config(scenario))

@@ -29,6 +29,19 @@ again on top of the snapshot and checks each fingerprint, so a restart restores 
 as if every batch had been snapshotted (``snapshot_every = 1``: the old behaviour). A session
 that ends cleanly writes a snapshot, so the next start replays nothing.
 
+**Snapshots in the background** (``background``, the consumer's default when
+``snapshot_every > 1``). A due snapshot no longer holds up its batch's receipts: the batch is
+journaled like the others (so it is durable at once), the state after it is copied in memory
+(:meth:`~simulator.runner.federation.Federation.state_dict` shares no array that a later
+removal writes into), and a thread writes that copy as the next snapshot while the next batches
+run. Their journal records name the snapshot on disk and the one being written
+(:mod:`server.kafka.journal`), so a crash at any moment restores the same state: before the
+rename, the old snapshot and every record; after it, the new snapshot and the records that
+follow it. Once the new snapshot is on disk (seen at the next save), the journal is rewritten
+without the records it covers. At most one snapshot is in flight: a save that finds one still
+writing when the next is due waits for it. A failed write surfaces at the next save as a
+:class:`~server.kafka.errors.CheckpointError` (the journal still holds every batch).
+
 Renaming a class no longer breaks a checkpoint. Checkpoints of the previous format (format 1,
 ``checkpoint.pkl``, a pickle of the head) are still read, converted on load and replaced by the
 new file at the next save; read those only from folders you trust.
@@ -44,10 +57,12 @@ import base64
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import pickle
 import secrets
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +84,8 @@ from simulator.runner.run_state import RunState
 from simulator.state_files import read_state, write_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Entry, Ledger
+
+log = logging.getLogger(__name__)
 
 FORMAT = 2
 NAME = "checkpoint.npz"
@@ -256,6 +273,8 @@ class CheckpointStore:
         (module docstring). 1: every save is a snapshot.
     min_rows : the consumer's ``min_removal_batch``, with which journaled batches are applied
         again.
+    background : write the snapshots due between batches on a thread (module docstring);
+        a save outside a batch (``given`` None) still writes its snapshot before returning.
     """
 
     def __init__(
@@ -266,6 +285,7 @@ class CheckpointStore:
         fsync: bool = True,
         snapshot_every: int = 1,
         min_rows: int = 1,
+        background: bool = False,
     ) -> None:
         if snapshot_every < 1:
             raise CheckpointError(f"snapshot_every must be at least 1, got {snapshot_every}")
@@ -275,9 +295,11 @@ class CheckpointStore:
         self.fsync = fsync
         self.snapshot_every = snapshot_every
         self.min_rows = min_rows
-        #: batches journaled since the last snapshot
+        self.background = background
+        #: batches journaled since the last snapshot was taken
         self.journaled = 0
         self._token = ""
+        self._writing: _SnapshotWriter | None = None
         self._lock = (self.folder / "lock").open("w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -312,44 +334,99 @@ class CheckpointStore:
         save outside a batch) a snapshot is written.
         """
         t = time.perf_counter()
-        if given is None or self.journaled + 1 >= self.snapshot_every or not self._token:
+        self._collect(wait=False)
+        due = given is None or self.journaled + 1 >= self.snapshot_every or not self._token
+        if given is None or (due and not (self.background and self._token)):
             self.snapshot(state)
         else:
-            record = JournalRecord(
-                snapshot=self._token,
-                batch=state.batch,
-                given=given,
-                consumer=state.to_dict(),
-                fingerprint=federation_fingerprint(self.fed),
-            )
-            journal.append(self.journal_path, record, fsync=self.fsync)
-            self.journaled += 1
+            if due:
+                self._collect(wait=True)  # one snapshot in flight at most
+            self._journal(state, given)
+            if due:
+                self._start_snapshot(state)
         if os.environ.get(KILL_AFTER_ENV) == str(state.batch):
             os.kill(os.getpid(), signal.SIGKILL)
         return time.perf_counter() - t
+
+    def _journal(self, state: ConsumerState, given: BatchInput) -> None:
+        """Append the batch that led to ``state`` (durable once this returns)."""
+        writing = () if self._writing is None else (self._writing.token,)
+        record = JournalRecord(
+            snapshot=self._token,
+            batch=state.batch,
+            given=given,
+            consumer=state.to_dict(),
+            fingerprint=federation_fingerprint(self.fed),
+            also=writing,
+        )
+        journal.append(self.journal_path, record, fsync=self.fsync)
+        self.journaled += 1
+
+    def _payload(self, token: str, state: ConsumerState) -> dict[str, Any]:
+        """The snapshot's content: copies, so a later batch cannot change what is written."""
+        return {
+            "format": FORMAT,
+            "scenario": self.scenario_digest,
+            "static": self.static_digest,
+            "snapshot": token,
+            "federation": self.fed.state_dict(),
+            "consumer": state.to_dict(),
+        }
 
     def snapshot(self, state: ConsumerState) -> None:
         """Write the federation's state and ``state`` atomically, then empty the journal.
 
         The snapshot carries a fresh token; journal records name the token they follow, so a
-        crash between the two writes leaves records that the next load ignores.
+        crash between the two writes leaves records that the next load ignores. A snapshot
+        still being written in the background is waited for first.
         """
+        self._collect(wait=True)
         token = secrets.token_hex(16)
-        write_state(
-            self.path,
-            {
-                "format": FORMAT,
-                "scenario": self.scenario_digest,
-                "static": self.static_digest,
-                "snapshot": token,
-                "federation": self.fed.state_dict(),
-                "consumer": state.to_dict(),
-            },
-            fsync=self.fsync,
-        )
+        write_state(self.path, self._payload(token, state), fsync=self.fsync)
         self._token = token
         self.journaled = 0
         journal.clear(self.journal_path, fsync=self.fsync)
+        self._drop_legacy()
+
+    def _start_snapshot(self, state: ConsumerState) -> None:
+        """Take the state after the batch just journaled; a thread writes it (module doc)."""
+        token = secrets.token_hex(16)
+        writer = _SnapshotWriter(token, state.batch, self._payload(token, state))
+        writer.thread = threading.Thread(
+            target=self._write_snapshot, args=(writer,), name="checkpoint-snapshot"
+        )
+        writer.thread.start()
+        self._writing = writer
+        self.journaled = 0
+
+    def _write_snapshot(self, writer: _SnapshotWriter) -> None:
+        """The writer thread's work (a seam: the tests hold it to stop time before a rename)."""
+        writer.write(self.path, self.fsync)
+
+    def _collect(self, *, wait: bool) -> None:
+        """Install a background snapshot that is on disk (``wait``: wait for it to be).
+
+        Raises
+        ------
+        CheckpointError
+            The snapshot could not be written (the journal still holds every batch).
+        """
+        writer = self._writing
+        if writer is None or (not wait and writer.thread.is_alive()):
+            return
+        writer.thread.join()
+        self._writing = None
+        if writer.error is not None:
+            raise CheckpointError(
+                f"{self.path}: the snapshot after batch {writer.batch} could not be written "
+                f"({writer.error}); the journal still holds every batch"
+            ) from writer.error
+        self._token = writer.token
+        records = journal.read(self.journal_path, writer.token)
+        journal.rewrite(self.journal_path, records, fsync=self.fsync)
+        self._drop_legacy()
+
+    def _drop_legacy(self) -> None:
         legacy = self.folder / LEGACY_NAME
         if legacy.exists():  # converted: the new file is the checkpoint from now on
             legacy.unlink()
@@ -449,7 +526,11 @@ class CheckpointStore:
         return state
 
     def close(self) -> None:
-        """Release the folder's lock."""
+        """Wait for a snapshot still being written, then release the folder's lock."""
+        try:
+            self._collect(wait=True)
+        except CheckpointError as exc:  # never mask what is ending the session
+            log.warning("%s", exc)
         if not self._lock.closed:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
@@ -459,6 +540,25 @@ class CheckpointStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class _SnapshotWriter:
+    """A snapshot being written on its own thread (:meth:`CheckpointStore._start_snapshot`)."""
+
+    token: str
+    batch: int
+    payload: dict[str, Any]
+    thread: threading.Thread = field(default_factory=threading.Thread)
+    error: BaseException | None = None
+
+    def write(self, path: Path, fsync: bool) -> None:
+        try:
+            write_state(path, self.payload, fsync=fsync)
+        except BaseException as exc:  # handed to the consumer's thread
+            self.error = exc
+        finally:
+            self.payload = {}  # the copy is on disk (or lost): free its memory
 
 
 def _b64(value: bytes | None) -> str | None:

@@ -189,6 +189,7 @@ class DeletionConsumer:
             fsync=cfg.fsync,
             snapshot_every=cfg.snapshot_every,
             min_rows=cfg.min_removal_batch,
+            background=cfg.snapshot_every > 1,  # 1: a full checkpoint per batch, as before
         )
         with store:
             state = store.load()

@@ -17,7 +17,11 @@ the payload JSON. A record cut short or with a wrong digest (a crash while appen
 journal: the batch it described was not published (publication follows the append), so its
 requests are read again from the log. Every record names the snapshot it follows (a random
 token written into the snapshot), so a journal left over from before a newer snapshot is never
-replayed on top of it.
+replayed on top of it. While a newer snapshot is being written in the background
+(:class:`~server.kafka.checkpoint.CheckpointStore`), a record names that one too (``also``): it
+follows both, since the newer snapshot holds the state after the records of the older one.
+Once that snapshot is on disk the journal is rewritten with the records that follow it
+(:func:`rewrite`).
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class JournalRecord:
     given: BatchInput
     consumer: dict[str, Any]
     fingerprint: str
+    #: snapshots being written when the record was appended, which it follows as well
+    also: tuple[str, ...] = ()
+
+    def follows(self, snapshot: str) -> bool:
+        """Whether this record applies on top of the snapshot ``snapshot``."""
+        return snapshot == self.snapshot or snapshot in self.also
 
     def to_bytes(self) -> bytes:
         """The record as written: header and JSON payload."""
@@ -65,6 +75,7 @@ class JournalRecord:
                 "denied": {str(i): why for i, why in self.given.denied.items()},
                 "consumer": self.consumer,
                 "fingerprint": self.fingerprint,
+                "also": list(self.also),
             },
             allow_nan=True,
         ).encode()
@@ -83,6 +94,7 @@ class JournalRecord:
             ),
             consumer=data["consumer"],
             fingerprint=str(data["fingerprint"]),
+            also=tuple(str(t) for t in data.get("also", ())),  # absent before background snapshots
         )
 
 
@@ -115,10 +127,31 @@ def read(path: Path, snapshot: str) -> list[JournalRecord]:
         if hashlib.sha256(payload).digest() != digest:
             break
         record = JournalRecord.from_payload(payload)
-        if record.snapshot == snapshot:
+        if record.follows(snapshot):
             out.append(record)
         pos = end
     return out
+
+
+def rewrite(path: Path, records: list[JournalRecord], *, fsync: bool) -> None:
+    """Replace the journal by ``records`` atomically (a new file, then a rename).
+
+    With ``fsync`` the folder is synced after the rename: records appended later go to the new
+    file, which a crash must not swap back for the old one.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(b"".join(r.to_bytes() for r in records))
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if fsync:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def clear(path: Path, *, fsync: bool) -> None:

@@ -12,19 +12,26 @@ same client order either way, so the result does not depend on the transport.
 A client that fails (:class:`~simulator.errors.ClientUnavailableError`) can be excluded: its
 rows leave the federation, ids it owned count as unknown, and the caller retrains the head on
 the clients that remain (see :mod:`simulator.runner.resilience`).
+
+The clients compute with the arrays of ``rows_backend``: numpy on the host (every transport; a
+Flower message carries numpy), or, for in-process clients whose rows live on the head's device
+(``head.client_rows``), the head's own backend, so that a request, its answer and the sum never
+leave that device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import reduce
+from operator import add
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head.backend import Array, to_numpy
+from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.data import DeletionStatistics, HeadShape, RowSource
 from simulator.head.logistic import ShardStatistics, StatisticsRequest
 
@@ -41,7 +48,7 @@ class ClientFanout(Protocol):
     def statistics(
         self, clients: Sequence[int], request: StatisticsRequest
     ) -> dict[int, ShardStatistics]:
-        """Each of ``clients``' answer to ``request`` (numpy heads), keyed by client id."""
+        """Each of ``clients``' answer to ``request`` (the clients' arrays), keyed by client id."""
         ...
 
     def delete(
@@ -60,6 +67,7 @@ class FederatedHeadData(HeadShape):
     owner : global sample id -> client id (all ids ever held by a client).
     dim, num_classes : d of the head and K (the head has :func:`head_columns` columns).
     fanout : parallel path for statistics and deletions (default: one client after another).
+    rows_backend : the array backend the clients compute with (module docstring; numpy).
     """
 
     def __init__(
@@ -70,8 +78,10 @@ class FederatedHeadData(HeadShape):
         dim: int,
         num_classes: int,
         fanout: ClientFanout | None = None,
+        rows_backend: Backend = NUMPY,
     ) -> None:
         super().__init__(dim, num_classes)
+        self.rows_backend = rows_backend
         self.clients = dict(clients)
         self._owner = dict(owner)
         self._fanout = fanout
@@ -116,22 +126,21 @@ class FederatedHeadData(HeadShape):
 
         The data terms of the head's loss (Guo et al. ICML 2020, eq. 1;
         ``simulator/head/logistic.py``) are sums over rows, so over the clients' disjoint shards
-        the sums of their statistics equal the full-data ones. The clients compute on numpy
-        arrays: the server's head (numpy or torch, ``head.device``) is converted here.
+        the sums of their statistics equal the full-data ones. The clients compute with the
+        arrays of ``rows_backend``: the server's head (numpy or torch, ``head.device``) is
+        converted here (nothing to convert where the clients' rows are on the head's device).
         """
-        request = request.in_numpy()
+        request = request.moved_to(self.rows_backend)
         parts: Iterable[ShardStatistics]
         if self._fanout is not None:
             answers = self._fanout.statistics(list(self.clients), request)
             parts = (answers[cid] for cid in self.clients)
         else:  # one client after another, summed as they answer
             parts = (client.statistics(request) for client in self.clients.values())
-        total = ShardStatistics.zeros(
+        empty = ShardStatistics.zeros(
             self._dim, self.columns, hessian=request.hessian, gram=request.gram
         )
-        for part in parts:
-            total = total + part
-        return total
+        return reduce(add, parts, empty.moved_to(self.rows_backend))
 
     def delete(self, ids: Sequence[int], *, W: Array, W_ref: Array) -> DeletionStatistics:
         """Delete ``ids`` on their owning clients; the sum of the removed rows' statistics.
@@ -145,7 +154,7 @@ class FederatedHeadData(HeadShape):
         InputError
             When an id has no live owning client.
         """
-        W, W_ref = to_numpy(W), to_numpy(W_ref)
+        W, W_ref = self.rows_backend.asarray(W), self.rows_backend.asarray(W_ref)
         groups = self.route(ids)
         orphans = [i for cid, g in groups.items() if cid not in self.clients for i in g]
         if orphans:
@@ -158,24 +167,25 @@ class FederatedHeadData(HeadShape):
             parts = [
                 self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())
             ]
-        combined = combine_deletions(parts)
+        combined = combine_deletions(parts, self.rows_backend)
         return replace(combined, max_weight=max(combined.max_weight, self.max_weight()))
 
 
-def combine_deletions(parts: Sequence[DeletionStatistics]) -> DeletionStatistics:
-    """Sum the clients' answers to one deletion batch (``max_weight``: over these clients)."""
+def combine_deletions(
+    parts: Sequence[DeletionStatistics], bk: Backend = NUMPY
+) -> DeletionStatistics:
+    """Sum the clients' answers to one deletion batch (``max_weight``: over these clients).
+
+    ``bk``: the backend of the answers' arrays (the clients' ``rows_backend``).
+    """
     if not parts:
         raise InputError("no client answered the deletion")
     reweighted = [p.reweighted for p in parts if p.reweighted is not None]
-    total_rw = None
-    if reweighted:
-        total_rw = reweighted[0]
-        for r in reweighted[1:]:
-            total_rw = total_rw + r
+    total_rw = reduce(add, reweighted) if reweighted else None
     return DeletionStatistics(
-        removed_gradient=np.sum([p.removed_gradient for p in parts], axis=0),
-        removed_rows=np.vstack([p.removed_rows for p in parts]),
-        removed_curvature=np.vstack([p.removed_curvature for p in parts]),
+        removed_gradient=reduce(add, [p.removed_gradient for p in parts]),
+        removed_rows=bk.concat([p.removed_rows for p in parts]),
+        removed_curvature=bk.concat([p.removed_curvature for p in parts]),
         reweighted=total_rw,
         weight_change_l1=float(sum(p.weight_change_l1 for p in parts)),
         max_weight=float(max(p.max_weight for p in parts)),

@@ -25,6 +25,7 @@ from simulator.federation.snapshot import (
     WeightingPlan,
     WeightReport,
 )
+from simulator.head.backend import NUMPY, Backend
 from simulator.head.data import DeletionStatistics, LocalHeadData
 from simulator.head.logistic import ShardStatistics, StatisticsRequest, predict_classes
 
@@ -40,6 +41,9 @@ class FederatedClient:
     labels : (n_c,) class indices.
     num_classes : K.
     weighting : decorrelation plan, or None for uniform weights (CR).
+    restored : a snapshot whose weights and retained flags are installed (:meth:`restore`).
+    backend : where the head rows live and the client computes (numpy by default; the head's
+        backend when ``head.client_rows`` puts them on its device, in process only).
     """
 
     def __init__(  # noqa: PLR0913 (constructor: a shard's arrays, keyword-only plans)
@@ -52,6 +56,7 @@ class FederatedClient:
         *,
         weighting: WeightingPlan | None = None,
         restored: ClientSnapshot | None = None,
+        backend: Backend = NUMPY,
     ) -> None:
         if sample_ids.shape != (features.shape[0],):
             raise InputError("one global sample id per feature row is required")
@@ -76,6 +81,7 @@ class FederatedClient:
             weights=weights,
             reweigh=self._reweigh if weighting is not None else None,
             active=active,
+            backend=backend,
         )
 
     # ---------------------------------------------------------- state

@@ -34,7 +34,7 @@ def _scalar(value: NDArray[Any]) -> float:
 def encode_request(request: StatisticsRequest) -> tuple[dict[str, bool], Arrays]:
     """A statistics request as flags ``hessian``, ``gram`` and heads ``W`` (, ``hessian_at``).
 
-    The heads must already be numpy (:meth:`StatisticsRequest.in_numpy`).
+    The heads must already be numpy (:meth:`StatisticsRequest.moved_to` numpy).
     """
     flags = {"hessian": request.hessian, "gram": request.gram}
     heads: Arrays = {"W": request.W}

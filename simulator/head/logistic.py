@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.errors import InputError
-from simulator.head.backend import Array, Backend, backend_of, to_numpy
+from simulator.head.backend import Array, Backend, backend_of
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -108,10 +108,10 @@ class StatisticsRequest:
     gram: bool = False
     hessian_at: Array | None = None
 
-    def in_numpy(self) -> StatisticsRequest:
-        """The same request with its heads as numpy arrays (what clients compute with)."""
-        at = self.hessian_at
-        return replace(self, W=to_numpy(self.W), hessian_at=None if at is None else to_numpy(at))
+    def moved_to(self, bk: Backend) -> StatisticsRequest:
+        """The same request with its heads as arrays of ``bk`` (what the clients compute with)."""
+        at = None if self.hessian_at is None else bk.asarray(self.hessian_at)
+        return replace(self, W=bk.asarray(self.W), hessian_at=at)
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,7 @@ class Federation:
             dim=self.head_data.dim,
             num_classes=ds.num_classes,
             fanout=transport.fanout,
+            rows_backend=transport.rows_backend,
         )
         self.head.data = self.head_data
         self.data = replace(
@@ -625,6 +626,7 @@ def build_federation(
         dim=Z.shape[1],
         num_classes=ds.num_classes,
         fanout=transport.fanout,
+        rows_backend=transport.rows_backend,
     )
     head = CertifiedHead(
         head_data,

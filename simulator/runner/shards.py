@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from simulator.data.dataset import Dataset
 from simulator.federation import FederatedClient, WeightingPlan
+from simulator.head.backend import NUMPY, Backend, make_backend, resolve
 from simulator.methods import method
 from simulator.models.featurizer import Featurizer
 from simulator.runner.configs import decorrelation_config
@@ -38,8 +39,13 @@ def make_client(
     client_id: int,
     rows: IntArray,
     featurizer: Featurizer,
+    *,
+    backend: Backend = NUMPY,
 ) -> FederatedClient:
-    """Client ``client_id`` holding training ``rows``: head features and initial weights."""
+    """Client ``client_id`` holding training ``rows``: head features and initial weights.
+
+    ``backend``: where its head rows live (:func:`client_rows_backend`; numpy on the host).
+    """
     return FederatedClient(
         client_id,
         rows,
@@ -47,7 +53,23 @@ def make_client(
         dataset.y_train[rows],
         dataset.num_classes,
         weighting=weighting_plan(scenario, client_id),
+        backend=backend,
     )
+
+
+def client_rows_backend(scenario: Scenario) -> Backend:
+    """Where in-process clients keep their head rows (``head.client_rows``).
+
+    ``host``: numpy. ``head``: the head's backend on its device, so the clients' statistics,
+    exact passes and deletions run there and the server's sums never leave it. ``auto``:
+    ``head`` when the head runs on cuda (what bounced through host memory was most of a
+    streamed batch there: docs/benchmarks.md, issue 27), else ``host``.
+    """
+    head = scenario.head
+    device, _ = resolve(head.device, head.backend)
+    if head.client_rows == "host" or (head.client_rows == "auto" and device != "cuda"):
+        return NUMPY
+    return make_backend(head.device, head.backend)
 
 
 def shard_digest(rows: IntArray) -> str:

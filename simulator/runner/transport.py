@@ -28,12 +28,13 @@ from simulator.federation import (
     WeightReport,
 )
 from simulator.federation.threads import ThreadFanout
+from simulator.head.backend import Backend
 from simulator.models import LocalUpdate, StateArrays
 from simulator.models.dp_fedavg import ClientAccountants
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.featurize import in_process_round
-from simulator.runner.shards import make_client
+from simulator.runner.shards import client_rows_backend, make_client
 from simulator.scenario import Scenario
 
 
@@ -104,6 +105,11 @@ class ClientTransport(Protocol):
         """Parallel path for head statistics and deletions, if the transport has one."""
         ...
 
+    @property
+    def rows_backend(self) -> Backend:
+        """The array backend the clients compute with (numpy unless they share the head's)."""
+        ...
+
     def reports(self, W: FloatArray, clients: Sequence[int]) -> dict[int, ClientReport]:
         """Each listed client's report at head ``W``."""
         ...
@@ -138,6 +144,8 @@ class InProcessTransport:
         self._dataset = dataset
         self._shards = list(shards)
         self._device = device
+        #: where the clients' head rows live (``head.client_rows``)
+        self.rows_backend = client_rows_backend(scenario)
         self._clients: dict[int, FederatedClient] = {}
         self._round: LocalRound | None = None
 
@@ -167,7 +175,9 @@ class InProcessTransport:
     ) -> dict[int, RunnerClient]:
         """Build an in-process client per shard; returns them by client id."""
         self._clients = {
-            c: make_client(self._scenario, self._dataset, c, rows, featurizer)
+            c: make_client(
+                self._scenario, self._dataset, c, rows, featurizer, backend=self.rows_backend
+            )
             for c, rows in enumerate(shards)
         }
         threads = self._scenario.client_threads

@@ -265,3 +265,9 @@ class HeadSpec(Section):
         default="auto",
         description="Array library of the head: numpy, torch, or auto (torch on cuda, else numpy).",
     )
+    client_rows: Literal["auto", "host", "head"] = Field(
+        default="auto",
+        description="Where in-process clients keep their head rows: host (numpy), head (the "
+        "head's backend and device, so statistics and exact passes never leave it), or auto "
+        "(head when the head runs on cuda, else host). Flower clients always use host.",
+    )

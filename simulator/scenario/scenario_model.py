@@ -99,6 +99,13 @@ class Scenario(Section):
                 f"processes), transport is '{self.transport}'",
                 got=self.client_threads,
             )
+        if self.head.client_rows == "head" and self.transport != "inprocess":
+            checks.add(
+                ("head", "client_rows"),
+                "'head' applies to transport 'inprocess' (a Flower client keeps its rows in its "
+                f"own process), transport is '{self.transport}'",
+                got=self.head.client_rows,
+            )
         self._check_stream(checks)
         self._check_shifts(checks)
         self._check_classes(checks, self.data.static_num_classes)
