@@ -184,6 +184,15 @@ class LocalHeadData(HeadShape):
         self._Xb = backend.asarray(X)  # the same array for numpy
         self._Yb = backend.asarray(self._Y)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the rows once: a device copy is made again on unpickling."""
+        return {**self.__dict__, "_Xb": None, "_Yb": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._Xb = self.backend.asarray(self._X)
+        self._Yb = self.backend.asarray(self._Y)
+
     @property
     def retained_count(self) -> int:
         """Number of retained rows."""
