@@ -7,13 +7,18 @@ members and everything else as one JSON document (``meta``) in which each array 
 so a file written by an older version of the code loads whatever its classes became, and a
 hostile file cannot run code. Writing is atomic: a temporary file, ``fsync``, then a rename and
 an ``fsync`` of the folder.
+
+The archive is the one ``np.savez`` writes (uncompressed members ``NAME.npy``), streamed to the
+file member by member from the arrays' own memory: no copy of the state is built first, and the
+thread that writes holds the GIL only for the headers (the checksums and the writes release it),
+so a snapshot written beside a running stream slows it little (``server/kafka/checkpoint.py``).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +70,26 @@ def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> Non
     """Write ``state`` to ``path`` atomically (module docstring)."""
     arrays: dict[str, np.ndarray] = {}
     meta = json.dumps(split_arrays(state, arrays), sort_keys=True, allow_nan=True)
-    buf = io.BytesIO()
+    for key, array in arrays.items():
+        if array.dtype.hasobject:
+            raise InputError(f"state array {key!r} holds Python objects")
     members = {f"a{i}": a for i, a in enumerate(arrays.values())}
     names = dict(zip(arrays, members, strict=True))
     header = json.dumps({"meta": meta, "names": names})
-    savez: Any = np.savez  # numpy's stub types every keyword as allow_pickle
-    savez(buf, **{_META: np.frombuffer(header.encode(), dtype=np.uint8)}, **members)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(buf.getbuffer())
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
+    f = tmp.open("wb")  # from here on the temporary file is this call's
+    try:
+        with f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            _write_member(archive, _META, np.frombuffer(header.encode(), dtype=np.uint8))
+            for name, array in members.items():
+                _write_member(archive, name, array)
+            archive.close()  # the central directory, before the data reach the disk
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the half-written file this call created
+        raise
     os.replace(tmp, path)
     if fsync:
         fd = os.open(path.parent, os.O_RDONLY)
@@ -84,6 +97,15 @@ def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> Non
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _write_member(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
+    """``array`` as the member ``NAME.npy`` (numpy's format 1.0 header, then its bytes)."""
+    array = np.ascontiguousarray(array)  # a view where it already is (state arrays are)
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as out:
+        np.lib.format.write_array_header_1_0(out, np.lib.format.header_data_from_array_1_0(array))
+        if array.size:
+            out.write(array.reshape(-1).data.cast("B"))
 
 
 def read_state(path: Path) -> dict[str, Any]:

@@ -278,6 +278,10 @@ class DeletionConsumer:
             allow_auto_create_topics=False,  # a wiped broker: the topic comes back as created
             max_partition_fetch_bytes=4 * cfg.max_request_bytes,
             fetch_max_bytes=16 * cfg.max_request_bytes,
+            # a broker that holds an empty fetch for its whole wait (Tansu does: 0.3 s of a
+            # paced request's 0.4 s median on the H200 at 500 ms) delays the batch no longer
+            # than the batcher's own wait
+            fetch_max_wait_ms=max(10, int(cfg.batch.max_wait * 1000)),
             request_timeout_ms=10000,
             bootstrap_timeout_ms=int(cfg.connect_timeout * 1000),
             **self._options,
