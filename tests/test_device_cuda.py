@@ -37,9 +37,10 @@ def test_cuda_run_matches_the_cpu_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("accounting", ["anchored", "guo", "exact"])
-def test_head_on_cuda_matches_numpy(accounting: str) -> None:
-    from support.head_backend import parity_settings, run_stream, twin_heads
+def test_head_on_cuda_matches_numpy(accounting: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.head_backend import parity_settings, run_stream, same_algorithm, twin_heads
 
+    same_algorithm(monkeypatch)
     ref, other = twin_heads("torch", "cuda", **parity_settings(accounting))
     assert other._W.is_cuda
     retrains, corrections = run_stream(ref, other)
@@ -48,9 +49,16 @@ def test_head_on_cuda_matches_numpy(accounting: str) -> None:
         assert corrections >= 1
 
 
-def test_head_on_cuda_with_reweighting_matches_numpy() -> None:
-    from support.head_backend import run_stream, twin_heads
+def test_head_on_cuda_folds_cheap_batches_and_decides_as_numpy() -> None:
+    from support.head_backend import folds_and_decides_alike, parity_settings, twin_heads
 
+    folds_and_decides_alike(*twin_heads("torch", "cuda", **parity_settings("anchored")))
+
+
+def test_head_on_cuda_with_reweighting_matches_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.head_backend import run_stream, same_algorithm, twin_heads
+
+    same_algorithm(monkeypatch)
     run_stream(*twin_heads("torch", "cuda", reweigh=True, sigma=0.5, lam=1e-2))
 
 

@@ -5,8 +5,10 @@ import pytest
 from support.head_backend import (
     RTOL,
     assert_same_reports,
+    folds_and_decides_alike,
     parity_settings,
     run_stream,
+    same_algorithm,
     twin_heads,
 )
 from support.heads import planted_problem
@@ -25,6 +27,7 @@ def test_torch_cpu_head_matches_numpy(
 ) -> None:
     if gpu_path:  # torch without its numpy fast paths: what a GPU runs
         monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+        same_algorithm(monkeypatch)
     ref, other = twin_heads("torch", **parity_settings(accounting))
     assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)
     assert isinstance(other._W, torch.Tensor)
@@ -32,6 +35,15 @@ def test_torch_cpu_head_matches_numpy(
     assert retrains >= 1  # the budget forces (warm) retrains on both
     if accounting in ("anchored", "exact"):  # and correction steps, measured alike
         assert corrections >= 1
+
+
+def test_gpu_path_folds_cheap_batches_and_decides_as_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By default the GPU path folds a batch that numpy keeps as bulk rows (the fold is cheap
+    on a GPU: ``DEVICE_FOLD_FLOPS``); every decision is numpy's."""
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+    folds_and_decides_alike(*twin_heads("torch", **parity_settings("anchored")))
 
 
 def test_torch_cpu_head_matches_numpy_with_reweighting() -> None:

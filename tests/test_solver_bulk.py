@@ -136,9 +136,12 @@ def test_certified_batches_with_bulk_rows_match_the_folded_head(accounting: str)
         ),
     ],
 )
-def test_bulk_rows_on_torch_match_numpy(device: str) -> None:
+def test_bulk_rows_on_torch_match_numpy(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bulk path (CG with the Woodbury preconditioner) on torch's kernels: the GPU's code."""
+    from simulator.head import solver as solver_module
     from simulator.head.backend import NumpyBackend, TorchBackend
+
+    monkeypatch.setattr(solver_module, "DEVICE_FOLD_FLOPS", 0.0)  # bulk on a GPU too
 
     rng = np.random.default_rng(6)
     H = spd(rng)
@@ -152,3 +155,34 @@ def test_bulk_rows_on_torch_match_numpy(device: str) -> None:
         assert solver.bulk_rows == 53 and solver.factorisations == 1
         steps.append(bk.to_numpy(solver.solve(g).step))
     np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("above", [False, True])
+def test_on_the_gpu_path_a_cheap_fold_is_preferred(
+    above: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where inverses are applied by products (a GPU), a batch whose fold costs fewer than
+    ``DEVICE_FOLD_FLOPS`` is folded (each CG step of bulk rows waits for a read-back)."""
+    from simulator.head import solver as solver_module
+    from simulator.head.backend import GPU_PATH_VARIABLE, TorchBackend
+
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+    fold_flops = K * D * D * (3 + 20 + D / 3)  # 3 Woodbury rows, then a batch of 20
+    threshold = fold_flops * (0.99 if above else 1.01)
+    monkeypatch.setattr(solver_module, "DEVICE_FOLD_FLOPS", threshold)
+    rng = np.random.default_rng(7)
+    H = spd(rng)
+    bk = TorchBackend("cpu")
+    assert bk.prefers_products
+    solver = HessianSolver(bk.asarray(H), backend=bk, max_pending_rows=8)
+    target = H.copy()
+    for m in (3, 20):
+        rows, coef = batch(rng, m)
+        solver.downdate_rows(bk.asarray(rows), bk.asarray(coef), diagonal=0.05)
+        target = downdated(target, rows, coef, 0.05)
+    g = rng.normal(size=(D, K))
+    step = bk.to_numpy(solver.solve(bk.asarray(g)).step)
+    exact = np.stack([np.linalg.solve(target[c], g[:, c]) for c in range(K)], axis=1)
+    np.testing.assert_allclose(step, exact, rtol=1e-4, atol=1e-8)
+    assert solver.bulk_rows == (23 if above else 0)
+    assert solver.factorisations == (1 if above else 2)

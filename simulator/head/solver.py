@@ -65,6 +65,15 @@ def default_pending_rows(d: int) -> int:
     return max(16, min(128, d // 8))
 
 
+#: On a backend that applies inverses by products (a GPU), a fold below this many flops (the
+#: rows' ``K d^2 m`` and a refactorisation's ``K d^3 / 3``) costs less than the
+#: conjugate-gradient steps of bulk rows, whose every step waits for a read-back. On the H200 a
+#: 1,000-row batch at d = 1,024, K = 10 (1.4e10 flops) took 5.9 ms folded against 10.5 ms as
+#: bulk rows, while 1,000 rows at d = 4,096, K = 100 (4e12) took 377 ms folded against 56 ms
+#: (docs/benchmarks.md, issue 27).
+DEVICE_FOLD_FLOPS = 5e10
+
+
 def default_bulk_rows(d: int) -> int:
     """Bulk rows kept out of the factor before a fold: ``16 d``.
 
@@ -395,8 +404,10 @@ class HessianSolver:
         Rows that overflow the Woodbury rows join the bulk (the pending Woodbury rows with
         them) when the batch alone is larger than ``max_pending_rows`` or a bulk exists
         already, while the bulk stays within ``max_bulk_rows`` and the last solve against it
-        converged within half of ``bulk_iterations`` conjugate-gradient steps. Otherwise
-        everything is folded in, as single removals always were.
+        converged within half of ``bulk_iterations`` conjugate-gradient steps, and, on a
+        backend that prefers products (a GPU), when the fold would cost more than
+        ``DEVICE_FOLD_FLOPS``. Otherwise everything is folded in, as single removals always
+        were.
         """
         if self.max_bulk_rows <= 0 or self._bulk_stalled or self._factors is None:
             return False
@@ -404,6 +415,9 @@ class HessianSolver:
         if pending + m <= self.max_pending_rows:
             return False
         large = m > self.max_pending_rows or bool(self._bulk)
+        if self._bk.prefers_products and not self._bulk:
+            k, d = self.shape
+            large = large and k * d * d * (pending + m + d / 3) > DEVICE_FOLD_FLOPS
         return large and self.bulk_rows + pending + m <= self.max_bulk_rows
 
     def downdate_dense(self, delta: Array, *, diagonal: float = 0.0) -> None:

@@ -15,6 +15,14 @@ from support.heads import planted_problem
 RTOL = 1e-9
 
 
+def same_algorithm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bulk rows on the GPU path as on numpy's (no cheap fold: ``DEVICE_FOLD_FLOPS``), so that
+    the two heads run the same algorithm and agree to ``RTOL``."""
+    from simulator.head import solver
+
+    monkeypatch.setattr(solver, "DEVICE_FOLD_FLOPS", 0.0)
+
+
 def parity_settings(accounting: str) -> dict[str, Any]:
     """Head settings under which :func:`run_stream` retrains, and under ``anchored`` and
     ``exact`` also takes correction steps (one allowed per removal, so the 40-row batch still
@@ -79,3 +87,20 @@ def run_stream(ref: CertifiedHead, other: CertifiedHead) -> tuple[int, int]:
         np.testing.assert_array_equal(ref.b, other.b)
     np.testing.assert_allclose(other.gradient_norms(), ref.gradient_norms(), rtol=1e-6, atol=1e-11)
     return retrains, corrections
+
+
+def folds_and_decides_alike(ref: CertifiedHead, other: CertifiedHead) -> None:
+    """Batches that numpy keeps as bulk rows and ``other`` (a GPU path, default
+    ``DEVICE_FOLD_FLOPS``) folds: the solves differ within the solver's tolerance, and every
+    decision (retrain, anchor, correction steps) is the same."""
+    order = np.random.default_rng(5).permutation(300)
+    folded = 0
+    for size in (40, 3, 25, 1, 60):
+        ids, order = order[:size].tolist(), order[size:]
+        a, b = ref.remove(ids), other.remove(ids)
+        assert (a.retrained, a.anchored, a.corrections) == (b.retrained, b.anchored, b.corrections)
+        # the charged solver residuals differ (each below rtol 1e-5 of the gradient)
+        assert b.cumulative == pytest.approx(a.cumulative, rel=1e-2, abs=1e-9)
+        np.testing.assert_allclose(other.W, ref.W, rtol=1e-5, atol=1e-8)
+        folded += ref._solver.bulk_rows - other._solver.bulk_rows
+    assert folded > 0  # numpy kept bulk rows that the other folded
