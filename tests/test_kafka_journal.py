@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import shutil
 import threading
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,36 @@ def test_a_replay_that_gives_another_head_is_refused(initial: Federation, tmp_pa
         first, given=BatchInput(first.given.requests[1:], dict(first.given.denied))
     )
     path.write_bytes(b"".join(r.to_bytes() for r in [changed, *records[1:]]))
-    with pytest.raises(CheckpointError, match="another federation"):
+    with pytest.raises(CheckpointError, match="other requests than the ones journaled"):
+        restored(initial, tmp_path)
+
+
+def test_records_carry_the_ledger_entries_of_their_batch(
+    initial: Federation, tmp_path: Path
+) -> None:
+    """A record holds what its batch added to the ledger, not the whole ledger (whose cost
+    would grow with the stream); the restore rebuilds the ledger and checks it."""
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        state, _ = consume(fed, store, 4)
+    path = tmp_path / journal.NAME
+    records = journal.read(path, _token(path))
+    assert [r.batch for r in records] == [2, 3, 4]
+    sizes = [r.consumer["ledger_size"] for r in records]
+    assert all("ledger" not in r.consumer for r in records)
+    added = [len(r.consumer["ledger_added"]) for r in records]
+    assert [b - a for a, b in pairwise(sizes)] == added[1:]
+    assert 0 < len(records[-1].consumer["ledger_added"]) <= BATCH
+    back, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.ledger == state.ledger
+    assert list(loaded.ledger) == list(state.ledger)  # in the order answered
+    # an entry of the journal that is not what the replay answers: refused
+    last = records[-1]
+    rid, status, version = last.consumer["ledger_added"][0]
+    entries = [[rid, status, version + 1], *last.consumer["ledger_added"][1:]]
+    wrong = dataclasses.replace(last, consumer={**last.consumer, "ledger_added": entries})
+    path.write_bytes(b"".join(r.to_bytes() for r in [*records[:-1], wrong]))
+    with pytest.raises(CheckpointError, match="other requests than the ones journaled"):
         restored(initial, tmp_path)
 
 
