@@ -228,6 +228,10 @@ def test_a_background_snapshot_is_a_copy_of_its_batch(initial: Federation, tmp_p
     back, loaded = restored(initial, tmp_path)
     assert loaded is not None and loaded.batch == 4
     assert federation_fingerprint(back) == prints[3]
+    reference = copy.deepcopy(initial)  # the same four batches, nothing after them
+    with CheckpointStore(tmp_path / "reference", reference, snapshot_every=100) as other:
+        consume(reference, other, 4)
+    assert_same_state(back.state_dict(), reference.state_dict())  # the solver's arrays too
 
 
 def test_a_failed_background_snapshot_stops_the_consumer_and_loses_nothing(
@@ -252,3 +256,19 @@ def test_a_failed_background_snapshot_stops_the_consumer_and_loses_nothing(
     back, loaded = restored(initial, tmp_path)
     assert loaded is not None and loaded.batch == 4  # every batch journaled stays
     assert federation_fingerprint(back) == prints[-1]
+
+
+def assert_same_state(a: Any, b: Any, where: str = "") -> None:
+    """Two state dicts hold the same values, arrays bit for bit."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_same_state(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_state(x, y, f"{where}/{i}")
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, where

@@ -302,7 +302,8 @@ class HessianSolver:
         """
         bk = self._bk
         return {
-            "base": np.array(bk.to_numpy(self._base)),  # a copy: folds write into the base
+            # a copy (folds write into the base), made on the device: one read-back, not two
+            "base": bk.to_numpy(bk.copy(self._base)),
             "rows": bk.to_numpy(self._rows),
             "coef": bk.to_numpy(self._coef),
             "z": _per_class(bk.copy(self._z), bk),  # a copy: the buffer is written over
