@@ -219,6 +219,11 @@ def batch_stats(folder: Path) -> dict[str, Any]:
             [int(e["requests"]), bool(e.get("retrained")), round(float(r), 3), round(float(t), 3)]
             for e, r, t in zip(batches, removal, totals, strict=True)
         ],
+        # per batch, every phase it timed (ms): where a slow batch's time went
+        "batch_timings_ms": [
+            {key: round(1000 * float(value), 1) for key, value in e["timings"].items()}
+            for e in batches
+        ],
     }
 
 
