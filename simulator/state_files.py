@@ -9,9 +9,10 @@ hostile file cannot run code. Writing is atomic: a temporary file, ``fsync``, th
 an ``fsync`` of the folder.
 
 The archive is the one ``np.savez`` writes (uncompressed members ``NAME.npy``), streamed to the
-file member by member from the arrays' own memory: no copy of the state is built first, and the
-thread that writes holds the GIL only for the headers (the checksums and the writes release it),
-so a snapshot written beside a running stream slows it little (``server/kafka/checkpoint.py``).
+file member by member from the arrays' own memory: no copy of the state is built in memory
+first (a snapshot of 176 MB: 0.44 s instead of 0.77 s here, ``bench/state_writer.py``), and the
+checksums and writes release the GIL, so a snapshot can be written on a thread beside a running
+stream (``server/kafka/checkpoint.py``).
 """
 
 from __future__ import annotations
