@@ -88,6 +88,9 @@ def main() -> None:
     long_stream = load(out, "removal-stream.json")
     stream = load(out, "stream.json")
     figures = headline(removal, long_stream, stream)
+    nosnap = load(out, "stream-nosnap.json")
+    if nosnap is not None:
+        figures["kafka_p99_seconds_without_snapshots"] = nosnap.get("latency_p99_seconds")
     body = {
         "device": device.splitlines(),
         "device_name": None if removal is None else removal.get("device_name"),
@@ -98,10 +101,12 @@ def main() -> None:
         "benchmark_workload": removal,
         "single_removal_stream": long_stream,
         "kafka_stream": stream,
+        "kafka_stream_without_snapshots": load(out, "stream-nosnap.json"),
         "tall": load(out, "removal-tall.json"),
         "wide": load(out, "removal-wide.json"),
         "logs": {
-            s: log_tail(out, s) for s in ("tests", "removal", "stream", "kafka", "tall", "wide")
+            s: log_tail(out, s)
+            for s in ("tests", "removal", "stream", "kafka", "kafka-nosnap", "tall", "wide")
         },
     }
     (out / "gpu.json").write_text(json.dumps(body, indent=2) + "\n")

@@ -87,6 +87,7 @@ def start_consumer(
         "--dead-letter-topic", topics.dead_letters,
         "--max-batch-requests", str(args.max_batch), "--max-wait", str(args.max_wait),
         "--idle-timeout", str(args.idle), "--blas-threads", str(args.blas_threads),
+        "--snapshot-every", str(args.snapshot_every),
     ]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen(
@@ -294,6 +295,10 @@ def main() -> None:
     p.add_argument("--max-wait", type=float, default=0.05)
     p.add_argument("--idle", type=float, default=4.0)
     p.add_argument("--blas-threads", type=int, default=1)
+    p.add_argument(
+        "--snapshot-every", type=int, default=10,
+        help="the consumer's full checkpoint every N batches (a large N: none mid-stream)",
+    )  # fmt: skip
     p.add_argument("--kill-after", type=int, default=1, help="restart run: SIGKILL after N batches")
     p.add_argument(
         "--scenario", type=Path, default=QUICKSTART,
