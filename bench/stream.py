@@ -228,6 +228,15 @@ def batch_stats(folder: Path) -> dict[str, Any]:
     }
 
 
+def device_name(head_device: str) -> str:
+    """The card the head ran on (the CPU's platform where it ran on the CPU)."""
+    import torch
+
+    if head_device != "cpu" and torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(0))
+    return platform.processor() or platform.machine()
+
+
 def one_run(
     mode: str, broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
@@ -343,8 +352,12 @@ def main() -> None:
     main_paced = paced_runs[0] if paced_runs else {}
     main_drain = drain_runs[0] if drain_runs else {}
     restart = restart if not args.no_restart else {}
+    head = load_scenario(args.scenario, overrides=args.set).head
     result = {
         "scenario": str(args.scenario.resolve().relative_to(ROOT)),
+        "accounting": head.accounting,
+        "head_device": head.device,
+        "device_name": device_name(head.device),
         "requests_per_second": main_drain.get("requests_per_second"),
         "latency_p50_seconds": main_paced.get("latency_p50_seconds"),
         "latency_p99_seconds": main_paced.get("latency_p99_seconds"),
