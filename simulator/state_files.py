@@ -56,6 +56,21 @@ def split_arrays(state: Any, arrays: dict[str, np.ndarray], path: str = "") -> A
     raise InputError(f"not state-dict data at {path!r}: {type(state).__name__}")
 
 
+def host_arrays(state: Any) -> Any:
+    """``state`` with every array of another library (a torch tensor on any device) as numpy.
+
+    What a state dict taken with ``host=False`` needs before :func:`write_state`; the read-back
+    happens here, on the caller's thread (torch releases the GIL while it copies).
+    """
+    if isinstance(state, dict):
+        return {key: host_arrays(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return [host_arrays(value) for value in state]
+    if hasattr(state, "detach"):  # a torch tensor
+        return np.asarray(state.detach().cpu().numpy(), dtype=np.float64)
+    return state
+
+
 def join_arrays(skeleton: Any, arrays: Any) -> Any:
     """Inverse of :func:`split_arrays`."""
     if isinstance(skeleton, dict):

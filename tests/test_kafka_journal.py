@@ -218,8 +218,19 @@ def test_a_background_snapshot_restores_the_same_head_at_any_moment(
     assert loaded is not None and loaded.batch == 5  # 5 alone on snapshot 4 (not 2-4 twice)
 
 
-def test_a_background_snapshot_is_a_copy_of_its_batch(initial: Federation, tmp_path: Path) -> None:
-    """Batches applied while the snapshot is written must not leak into it."""
+@pytest.fixture(scope="module")
+def on_torch() -> Federation:
+    """The federation with the head on torch (the GPU's code path, on the CPU here)."""
+    return build_federation(scenario(TEN_CLIENTS, "head.backend=torch"))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_background_snapshot_is_a_copy_of_its_batch(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Batches applied while the snapshot is written must not leak into it (on torch the
+    head's arrays are copied on its device and read back by the writer thread)."""
+    initial = request.getfixturevalue("initial" if backend == "numpy" else "on_torch")
     fed = copy.deepcopy(initial)
     with HeldStore(tmp_path, fed, snapshot_every=3, background=True) as store:
         _, prints = consume(fed, store, 6)  # batch 4's snapshot held while 5 and 6 run

@@ -83,7 +83,7 @@ from simulator.head import CertifiedHead
 from simulator.runner.federation import Federation
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.run_state import RunState
-from simulator.state_files import read_state, write_state
+from simulator.state_files import host_arrays, read_state, write_state
 from simulator.stream import DeletionRequest
 from simulator.stream.ledger import Entry, Ledger
 
@@ -386,14 +386,18 @@ class CheckpointStore:
         self._ledger_size = len(state.ledger)
         self.journaled += 1
 
-    def _payload(self, token: str, state: ConsumerState) -> dict[str, Any]:
-        """The snapshot's content: copies, so a later batch cannot change what is written."""
+    def _payload(self, token: str, state: ConsumerState, *, host: bool = True) -> dict[str, Any]:
+        """The snapshot's content: copies, so a later batch cannot change what is written.
+
+        ``host=False``: the head's large arrays are copied on its device and read back by the
+        writer thread (:func:`~simulator.state_files.host_arrays`), not by the batch.
+        """
         return {
             "format": FORMAT,
             "scenario": self.scenario_digest,
             "static": self.static_digest,
             "snapshot": token,
-            "federation": self.fed.state_dict(),
+            "federation": self.fed.state_dict(host=host),
             "consumer": state.to_dict(),
         }
 
@@ -416,7 +420,7 @@ class CheckpointStore:
     def _start_snapshot(self, state: ConsumerState) -> None:
         """Take the state after the batch just journaled; a thread writes it (module doc)."""
         token = secrets.token_hex(16)
-        writer = _SnapshotWriter(token, state.batch, self._payload(token, state))
+        writer = _SnapshotWriter(token, state.batch, self._payload(token, state, host=False))
         writer.thread = threading.Thread(
             target=self._write_snapshot, args=(writer,), name="checkpoint-snapshot"
         )
@@ -598,7 +602,7 @@ class _SnapshotWriter:
 
     def write(self, path: Path, fsync: bool) -> None:
         try:
-            write_state(path, self.payload, fsync=fsync)
+            write_state(path, host_arrays(self.payload), fsync=fsync)
         except BaseException as exc:  # handed to the consumer's thread
             self.error = exc
         finally:

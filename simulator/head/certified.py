@@ -200,13 +200,16 @@ class CertifiedHead:
         return predict_classes(np.asarray(X, dtype=np.float64) @ self.W)
 
     # ------------------------------------------------------------- save/load
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, *, host: bool = True) -> dict[str, Any]:
         """The head's whole mutable state as plain data (numpy arrays and scalars).
 
         The model ``W``, its reference point, the perturbation ``b``, the carried gradient,
         the charge and counters, the solver's Hessians and factors, the Gram matrix and the
         state of the generator that draws future perturbations. The rows live in ``data``
         (their owners save them). Versioned (``STATE_VERSION``); see :meth:`load_state_dict`.
+        ``host=False`` leaves the solver's and the Gram matrix's arrays (most of the state) as
+        copies on the head's device, to be read back by whoever writes them
+        (:func:`simulator.state_files.host_arrays`; a snapshot written on a thread).
         """
         bk = self._bk
         return {
@@ -229,8 +232,8 @@ class CertifiedHead:
                 "newton_iterations": int(self.last_fit_newton_iterations),
             },
             "rng": _plain(self._rng.bit_generator.state),
-            "solver": self._solver.state_dict(),
-            "gram": self._gram.state_dict(),
+            "solver": self._solver.state_dict(host=host),
+            "gram": self._gram.state_dict(host=host),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

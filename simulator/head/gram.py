@@ -47,9 +47,10 @@ class GramMatrix:
         self.matrix()
         return dict(self.__dict__)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The folded matrix, as numpy."""
-        return {"matrix": self._bk.to_numpy(self.matrix()).copy()}
+    def state_dict(self, *, host: bool = True) -> dict[str, Any]:
+        """The folded matrix, as numpy (``host=False``: a copy on the backend's device)."""
+        matrix = self._bk.copy(self.matrix())
+        return {"matrix": self._bk.to_numpy(matrix) if host else matrix}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install :meth:`state_dict`'s matrix."""

@@ -294,24 +294,32 @@ class HessianSolver:
             else:
                 self._base[c] -= (rows.T * coef[:, c]) @ rows
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, *, host: bool = True) -> dict[str, Any]:
         """Every array and counter, as numpy (the factors too: a restore is bit-exact).
 
         ``z``, ``uz`` and ``factors`` are lists of per-class arrays (the layout of the
-        checkpoints written before the solver was batched).
+        checkpoints written before the solver was batched). ``host=False`` leaves the arrays
+        on the backend's device (copies where the solver writes in place, the others never
+        written after they are made), for a caller that reads them back later on another
+        thread (:func:`simulator.state_files.host_arrays`).
         """
         bk = self._bk
+        out = bk.to_numpy if host else _as_is
+
+        def classes(arrays: Array) -> list[Array]:
+            return _per_class(arrays, bk) if host else list(arrays)
+
         return {
             # a copy (folds write into the base), made on the device: one read-back, not two
-            "base": bk.to_numpy(bk.copy(self._base)),
-            "rows": bk.to_numpy(self._rows),
-            "coef": bk.to_numpy(self._coef),
-            "z": _per_class(bk.copy(self._z), bk),  # a copy: the buffer is written over
-            "uz": _per_class(self._uz, bk),
+            "base": out(bk.copy(self._base)),
+            "rows": out(self._rows),
+            "coef": out(self._coef),
+            "z": classes(bk.copy(self._z)),  # a copy: the buffer is written over
+            "uz": classes(self._uz),
             "mu": float(self._mu),
-            "bulk": [(bk.to_numpy(rows), bk.to_numpy(coef)) for rows, coef in self._bulk],
+            "bulk": [(out(rows), out(coef)) for rows, coef in self._bulk],
             "bulk_stalled": self._bulk_stalled,
-            "factors": None if self._factors is None else _per_class(bk.copy(self._factors), bk),
+            "factors": None if self._factors is None else classes(bk.copy(self._factors)),
             "factorisations": self.factorisations,
         }
 
@@ -681,6 +689,10 @@ def _rows_term(rows: Array, coef: Array, X: Array) -> Array:
     flat = X.swapaxes(0, 1).reshape(d, k * c)
     inner = (rows @ flat).reshape(-1, k, c) * coef[:, :, None]
     return (rows.T @ inner.reshape(-1, k * c)).reshape(d, k, c).swapaxes(0, 1)
+
+
+def _as_is(x: Array) -> Array:
+    return x
 
 
 def _per_class(arrays: Array | list[Array], bk: Backend) -> list[FloatArray]:

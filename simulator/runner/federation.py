@@ -310,12 +310,14 @@ class Federation:
         self.extractor = ExtractorRecord(generation, 0, dict(trained_on))
 
     # ------------------------------------------------------------- save/load
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, *, host: bool = True) -> dict[str, Any]:
         """The mutable state as plain data: the head, every live client, the excluded ones.
 
         A client in another process (a Flower transport) is saved as what the server knows of
         it (its retained rows); such a state is a record, not something to resume from (a
         Flower run's clients start from their full shards: :meth:`load_state_dict` refuses it).
+        ``host=False``: the head's large arrays stay on its device
+        (:meth:`~simulator.head.CertifiedHead.state_dict`).
         """
         clients: dict[str, Any] = {}
         for cid, client in sorted(self.clients.items()):
@@ -328,7 +330,7 @@ class Federation:
                 }
         return {
             "version": STATE_VERSION,
-            "head": self.head.state_dict(),
+            "head": self.head.state_dict(host=host),
             "clients": clients,
             "excluded": {str(c): r for c, r in sorted(self.excluded.items())},
             "extractor": self.extractor.state_dict(),
