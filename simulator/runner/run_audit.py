@@ -24,7 +24,7 @@ the build on ``D'``); the audit's own draws (attacked rows, reference halves) co
 ``child_rng(seed, "audit", ...)``. One run is one seed, so :mod:`simulator.compare.leak`'s
 rule, which needs the spread of (a) over seeds, gives no answer here (``undetermined``): the
 section reports the gaps ``b - a`` (extractor) and ``c - b`` (head) per attack; ``run --seeds
-N --audit`` gives one audit per seed.
+N --audit`` gives one audit per seed, each in its own run folder.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ AUDIT_MD = "audit.md"
 #: Why one run gives no leak answer.
 ONE_SEED = (
     "one run is one seed: the leak rule compares the gaps with the spread of (a) over seeds, "
-    "so a single run's answer is undetermined (run --seeds N --audit audits every seed)"
+    "so a single run's answer is undetermined (run --seeds N --audit audits every seed, "
+    "each in its own folder; compare --audit gives the answer over seeds)"
 )
 
 
