@@ -80,12 +80,46 @@ def register(sub: Any) -> None:
         metavar="A,B",
         help="the methods of a seeded sweep, e.g. cr,decoremoval (default: the scenario's)",
     )
+    p.add_argument(
+        "--audit",
+        action="store_true",
+        help="where does membership leak? at every evaluation.checkpoints, score the model "
+        "retrained from scratch (extractor included), the same extractor with the head "
+        "retrained and the released head with the same attacks (sets evaluation.audit; "
+        "writes audit.json and audit.md; transport inprocess, the scenario's stream)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_metrics_options(p)
     add_consumer_options(p)
     add_flower_options(p)
     p.set_defaults(handler=handle)
+
+
+def command_overrides(args: argparse.Namespace) -> list[str]:
+    """The scenario overrides ``run``'s own options make: ``--transport``, ``--audit``."""
+    audit = ["evaluation.audit=true"] if getattr(args, "audit", False) else []
+    return [*transport_overrides(args), *audit]
+
+
+def check_audit(args: argparse.Namespace, scenario: Any) -> None:
+    """Refuse ``evaluation.audit`` on the Kafka stream (``--stream kafka``).
+
+    The scenario refuses it itself on a Flower transport and with ``stream.source: kafka``;
+    ``--stream kafka`` is the command line's: a consumer resumes across sessions, and the
+    audit (:mod:`simulator.runner.run_audit`) is written from one run's checkpoints.
+
+    Raises
+    ------
+    ConfigError
+        Named ``evaluation.audit``.
+    """
+    if scenario.evaluation.audit and uses_kafka(args, scenario):
+        raise ConfigError(
+            "the membership audit runs on the scenario's own stream, not the Kafka stream: "
+            "leave out --stream kafka or --audit",
+            "evaluation.audit",
+        )
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
@@ -95,7 +129,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from simulator.runner.run_folder import tracked
     from simulator.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, overrides=[*args.overrides, *transport_overrides(args)])
+    scenario = load_scenario(args.scenario, overrides=[*args.overrides, *command_overrides(args)])
+    check_audit(args, scenario)
     if args.seeds is not None or args.methods:
         return run_sweep(args, scenario, console)
     check_run(args, scenario, console)  # data, packages, memory, output, port, broker
@@ -139,7 +174,7 @@ def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
         )
     methods = parse_methods(args.methods) if args.methods else [scenario.method]
     plan = sweep_plan(scenario.seed, 1 if args.seeds is None else args.seeds, methods)
-    base = [*args.overrides, *transport_overrides(args)]
+    base = [*args.overrides, *command_overrides(args)]
     scenarios = {
         run: load_scenario(
             args.scenario, overrides=[*base, f"seed={run.seed}", f"method={run.method}"]

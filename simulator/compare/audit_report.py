@@ -125,16 +125,33 @@ def load_audit_scores(path: Path) -> tuple[list[AuditScore], list[str]]:
         raise ConfigError(f"not an audit written by unlearnsim compare: {exc}", str(path)) from exc
 
 
-def audit_markdown(scores: Sequence[AuditScore], skipped: Sequence[str] = ()) -> str:
-    """The ``table.md`` section: every model's AUCs, the gaps and the answer per method."""
+#: The heading and introduction of the comparison's section.
+HEADING = "## Where does it leak? (membership audit at the final removed set)"
+INTRO = (
+    "Membership AUC, removed rows vs the test split, mean ± std over seeds, of (a) the "
+    "model retrained from scratch with its extractor (the retrain baseline's extractor, "
+    "the method's head objective), (b) the method's extractor with the head retrained "
+    "from scratch on the retained rows, (c) the unlearned model."
+)
+
+
+def audit_markdown(
+    scores: Sequence[AuditScore],
+    skipped: Sequence[str] = (),
+    *,
+    heading: str = HEADING,
+    intro: str = INTRO,
+) -> str:
+    """The ``table.md`` section: every model's AUCs, the gaps and the answer per method.
+
+    ``heading`` and ``intro``: the section's title and first paragraph (``run --audit``
+    names its checkpoint and describes its own models; the rule follows the intro).
+    """
     audits = audit_methods(scores)
     lines = [
-        "## Where does it leak? (membership audit at the final removed set)",
+        heading,
         "",
-        "Membership AUC, removed rows vs the test split, mean ± std over seeds, of (a) the "
-        "model retrained from scratch with its extractor (the retrain baseline's extractor, "
-        "the method's head objective), (b) the method's extractor with the head retrained "
-        "from scratch on the retained rows, (c) the unlearned model. Rule: " + RULE + ".",
+        intro + " Rule: " + RULE + ".",
         "",
         "| method | removed | model | test acc (%) | " + " | ".join(ATTACKS) + " |",
         "|---|---|---|---|" + "---|" * len(ATTACKS),

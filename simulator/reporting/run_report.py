@@ -10,7 +10,9 @@
   removed on the top axis; phases, shifts, withdrawals, retrains, alarms marked; the legend
   outside the axes);
 * ``mia.png``, ``drift.png`` — attack AUCs and drift statistics, ours vs the retrained head
-  (:mod:`.metric_report`).
+  (:mod:`.metric_report`);
+* ``audit.json``, ``audit.md`` — with ``evaluation.audit``, where membership leaks at each
+  reference checkpoint (:mod:`simulator.runner.run_audit`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ OUTPUT_FILES = (
     "drift.png",
     "head.npz",
     "clients.json",
+    "audit.json",
+    "audit.md",
 )
 
 
@@ -207,10 +211,33 @@ def summary_rows(
                 f"at {len(checked)} checkpoint(s): {'within' if held else 'EXCEEDED'}",
             )
         )
+    rows += audit_rows(refs)
     rows += weight_rows(end.get("decorrelation_weights", {}))
     rows += privacy_drift_rows(batches)
     rows.append(wall_row(end))
     return rows
+
+
+def audit_rows(checkpoints: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The last audited checkpoint's AUCs of models (a), (b), (c) (``evaluation.audit``)."""
+    audited = [c["audit"] for c in checkpoints if "audit" in c]
+    if not audited:
+        return []
+    audit = audited[-1]
+    models = audit["models"]
+
+    def aucs(attack: str) -> str:
+        order = ("retrained", "same_extractor", "unlearned")
+        values = [models[m]["auc"].get(attack) for m in order]
+        return " / ".join("n/a" if v is None else f"{v:.3f}" for v in values)
+
+    return [
+        (
+            f"membership audit at {audit['removed']} removals, AUC (a) retrained / (b) same "
+            "extractor / (c) unlearned",
+            f"loss {aucs('loss')}; lira {aucs('lira')} ({len(audited)} checkpoint(s): audit.md)",
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Sections of a deletion batch's event.
 
 The removal, the certificate, the weights, and the
-evaluation the scenario schedules (``evaluation.every`` batches and ``evaluation.checkpoints``).
+evaluation the scenario schedules (``evaluation.every`` batches and ``evaluation.checkpoints``,
+with ``evaluation.audit`` the membership audit of :mod:`simulator.runner.run_audit` there).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from simulator.errors import InputError
 from simulator.head import RemovalReport
 from simulator.metrics import certificate_status
 from simulator.runner.federation import Federation
+from simulator.runner.run_audit import audit_checkpoint
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate, reference
 
@@ -123,6 +125,12 @@ def evaluate_batch(fed: Federation, run: RunState, tick: int, event: dict[str, A
         t = time.perf_counter()
         ref = reference(fed, tick, monitor=monitor, forgotten=run.forgotten, index=run.batches)
         timings["reference"] = time.perf_counter() - t
+        audit: dict[str, Any] = {}
+        if cfg.audit:  # where does it leak? (simulator.runner.run_audit)
+            run.step(f"membership audit at {due[-1]} removals")
+            t = time.perf_counter()
+            audit = {"audit": audit_checkpoint(fed, run.forgotten, due[-1])}
+            timings["audit"] = time.perf_counter() - t
         for checkpoint in due:  # several thresholds passed in one batch share one reference
-            event.setdefault("checkpoints", []).append({"checkpoint": checkpoint, **ref})
+            event.setdefault("checkpoints", []).append({"checkpoint": checkpoint, **ref, **audit})
             run.next_checkpoint += 1

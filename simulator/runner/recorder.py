@@ -39,6 +39,7 @@ from simulator.reporting.verdict import Table, Verdict, certificate_verdict
 from simulator.runner.artifacts import write_artifacts
 from simulator.runner.federation import Federation
 from simulator.runner.pipeline import BatchOutcome
+from simulator.runner.run_audit import audit_files
 from simulator.runner.run_folder import RunManifest, read_manifest
 from simulator.runner.run_state import RunState
 from simulator.runner.scoring import evaluate
@@ -169,6 +170,8 @@ class RunRecorder:
             headline=self.headline,
         )  # fmt: skip
         self.writer.text("summary.md", text)
+        for name, body in audit_files(fed, self.batches).items():
+            self.writer.text(name, body)
         write_batches_csv(self.folder / BATCHES_CSV, self.batches)
         rows += list(extra_rows)
         if self.plots and self.batches:

@@ -60,19 +60,22 @@ class ColdFit:
     weight_gap: float
 
 
-def retrain_objective(fed: Federation) -> ColdFit:
+def retrain_objective(fed: Federation, features: FloatArray | None = None) -> ColdFit:
     """Fit every client's weights from scratch on its retained rows, on the server's features.
 
     This is what a retrain from scratch on ``D'`` does (``method.md`` section 2), computed
-    independently of the clients, whatever the transport.
+    independently of the clients, whatever the transport. ``features``: every training row's
+    head features under another extractor (default: the run's own, ``fed.train_features``);
+    the membership audit's model (a) fits on those of an extractor retrained on ``D'``.
     """
+    Z = fed.train_features if features is None else features
     ids_parts, weight_parts, gap = [], [], 0.0
     for cid, client in sorted(fed.clients.items()):
         ids, current = client.retained_weights()
         plan = weighting_plan(fed.scenario, cid)
         cold = np.ones(ids.size)
         if plan is not None and ids.size >= 2:
-            fit = fit_cold(plan, fed.train_features[ids], fed.dataset.y_train[ids])
+            fit = fit_cold(plan, Z[ids], fed.dataset.y_train[ids])
             cold = np.asarray(fit.weights, dtype=np.float64)
         if ids.size:
             gap = max(gap, float(np.max(np.abs(cold - current))))
@@ -82,9 +85,7 @@ def retrain_objective(fed: Federation) -> ColdFit:
     weights = np.concatenate(weight_parts) if weight_parts else np.zeros(0)
     order = np.argsort(ids)
     ids, weights = ids[order], weights[order]
-    data = LocalHeadData(
-        fed.train_features[ids], fed.dataset.y_train[ids], fed.dataset.num_classes, weights=weights
-    )
+    data = LocalHeadData(Z[ids], fed.dataset.y_train[ids], fed.dataset.num_classes, weights=weights)
     return ColdFit(data, gap)
 
 

@@ -138,6 +138,12 @@ class EvaluationSpec(Section):
     lira_references: int = Field(
         default=8, ge=2, le=256, description="Reference heads of offline LiRA (if 'lira')."
     )
+    audit: bool = Field(
+        default=False,
+        description="At every checkpoint, the membership audit 'where does it leak?': models "
+        "retrained from scratch (extractor included), same extractor with the head retrained, "
+        "and unlearned, attacked alike (`run --audit`).",
+    )
     max_samples: int = Field(
         default=2000,
         ge=10,
@@ -168,6 +174,18 @@ class EvaluationSpec(Section):
         ):
             raise ValueError("should be positive and strictly increasing")
         return checkpoints
+
+    @model_validator(mode="after")
+    def _audit_at_checkpoints(self) -> EvaluationSpec:
+        checks = Checks()
+        if self.audit and not (self.checkpoints and self.retrain_reference):
+            checks.add(
+                ("audit",),
+                "the audit runs at the reference checkpoints: give evaluation.checkpoints and "
+                "keep evaluation.retrain_reference true",
+            )
+        checks.raise_if_any()
+        return self
 
     @field_validator("shift_splits")
     @classmethod

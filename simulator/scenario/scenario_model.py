@@ -107,6 +107,7 @@ class Scenario(Section):
                 got=self.head.client_rows,
             )
         self._check_stream(checks)
+        self._check_audit(checks)
         self._check_shifts(checks)
         self._check_classes(checks, self.data.static_num_classes)
         checks.raise_if_any()
@@ -202,6 +203,24 @@ class Scenario(Section):
             checks.add(("bootstrap",), "stream.source 'kafka' needs bootstrap servers, got nothing")
         if not kafka and self.bootstrap is not None:
             checks.add(("bootstrap",), "only used with stream.source 'kafka'", got=self.bootstrap)
+
+    def _check_audit(self, checks: Checks) -> None:
+        """``evaluation.audit`` retrains the extractor here, on the scenario's own stream."""
+        if not self.evaluation.audit:
+            return
+        if self.transport != "inprocess":
+            checks.add(
+                ("evaluation", "audit"),
+                "the membership audit runs on transport 'inprocess' only (it retrains the "
+                "extractor in this process on the clients' retained rows, which a Flower client "
+                f"keeps in its own process), transport is '{self.transport}'",
+            )
+        if self.stream.source == "kafka":
+            checks.add(
+                ("evaluation", "audit"),
+                "the membership audit runs on the scenario's own stream, not stream.source "
+                "'kafka' (a consumer resumes across sessions)",
+            )
 
     def _check_shifts(self, checks: Checks) -> None:
         for i, shift in enumerate(self.shifts):
