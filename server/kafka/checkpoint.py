@@ -65,6 +65,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -310,6 +311,8 @@ class CheckpointStore:
         self.journaled = 0
         self._token = ""
         self._writing: _SnapshotWriter | None = None
+        #: seconds of the last save's parts (collect, wait, journal, copy, snapshot)
+        self.last_parts: dict[str, float] = {}
         #: ledger entries written so far (a journal record carries the ones after these)
         self._ledger_size = 0
         self._lock = (self.folder / "lock").open("w")
@@ -346,16 +349,22 @@ class CheckpointStore:
         save outside a batch) a snapshot is written.
         """
         t = time.perf_counter()
-        self._collect(wait=False)
+        parts = self.last_parts = {}
+        with _timed(parts, "collect"):
+            self._collect(wait=False)
         due = given is None or self.journaled + 1 >= self.snapshot_every or not self._token
         if given is None or (due and not (self.background and self._token)):
-            self.snapshot(state)
+            with _timed(parts, "snapshot"):
+                self.snapshot(state)
         else:
             if due:
-                self._collect(wait=True)  # one snapshot in flight at most
-            self._journal(state, given)
+                with _timed(parts, "wait"):
+                    self._collect(wait=True)  # one snapshot in flight at most
+            with _timed(parts, "journal"):
+                self._journal(state, given)
             if due:
-                self._start_snapshot(state)
+                with _timed(parts, "copy"):
+                    self._start_snapshot(state)
         if os.environ.get(KILL_AFTER_ENV) == str(state.batch):
             os.kill(os.getpid(), signal.SIGKILL)
         return time.perf_counter() - t
@@ -607,6 +616,16 @@ class _SnapshotWriter:
             self.error = exc
         finally:
             self.payload = {}  # the copy is on disk (or lost): free its memory
+
+
+@contextmanager
+def _timed(parts: dict[str, float], name: str) -> Iterator[None]:
+    """Add the block's seconds to ``parts[name]``."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
 
 
 def _last(entries: dict[str, Entry], count: int) -> Iterator[tuple[str, Entry]]:

@@ -547,6 +547,7 @@ class DeletionConsumer:
         event.setdefault("timings", {}).update(
             apply=t_apply - t0,
             checkpoint=checkpoint,
+            **{f"checkpoint_{part}": s for part, s in session.store.last_parts.items()},
             commit=t_committed - t_saved,
             publish=t_end - t_committed,
             total=t_end - t0,
