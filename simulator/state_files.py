@@ -106,6 +106,14 @@ def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> Non
     except BaseException:
         tmp.unlink(missing_ok=True)  # the half-written file this call created
         raise
+    replace_file(tmp, path, fsync=fsync)
+
+
+def replace_file(tmp: Path, path: Path, *, fsync: bool) -> None:
+    """Rename ``tmp`` over ``path``, then (``fsync``) sync the folder.
+
+    With the folder synced the rename survives a machine crash, not only a process kill.
+    """
     os.replace(tmp, path)
     if fsync:
         fd = os.open(path.parent, os.O_RDONLY)

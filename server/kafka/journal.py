@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.state_files import replace_file
+
 NAME = "journal.bin"
 _HEADER = struct.Struct(">Q32s")
 #: A record larger than this is taken for garbage (the consumer state of a huge ledger stays
@@ -145,13 +147,7 @@ def rewrite(path: Path, records: list[JournalRecord], *, fsync: bool) -> None:
         f.flush()
         if fsync:
             os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if fsync:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    replace_file(tmp, path, fsync=fsync)
 
 
 def clear(path: Path, *, fsync: bool) -> None:
