@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from support.scenarios import tiny_compare
 
 from server.cli import main
 from simulator.compare import (
@@ -32,29 +33,14 @@ from simulator.scenario import load_scenario, parse_scenario
 from simulator.stream import STREAM_EPOCH, DeletionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = """
-name: tiny_compare
-description: a few seconds of every stage
-seed: 4
-device: cpu
-data:
-  source: synthetic
-  synthetic: {n_train: 240, n_test: 120, n_features: 6, n_classes: 2, n_causal: 3}
-partition: {kind: iid, num_clients: 3}
-model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 1, local_epochs: 2, batch_size: 32}
-rff: {dim: 24}
-decorrelation: {features: 6, steps: 5}
-head: {accounting: exact}
-stream:
-  max_batch_requests: 5
-  phases:
-    - {name: a, ticks: 4, rate: 4, samples_per_request: 2}
-ood: {source_class: 1, target_class: 0, fraction: 0.2}
-evaluation:
+TINY = tiny_compare(
+    "tiny_compare",
+    extra="ood: {source_class: 1, target_class: 0, fraction: 0.2}\n",
+    evaluation="""
   checkpoints: [5, 12]
   shift_splits:
-    - {name: noise, kind: gaussian_noise, severity: 1.0, max_rows: 50}
-"""
+    - {name: noise, kind: gaussian_noise, severity: 1.0, max_rows: 50}""",
+)
 
 
 @pytest.fixture(autouse=True, scope="module")

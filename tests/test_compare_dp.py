@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.scenarios import tiny_compare
 
 from simulator.compare import build_workload, run_comparison, run_method, write_comparison
 from simulator.compare.audit import AuditConfig
@@ -32,26 +33,11 @@ from simulator.unlearners import BaseUnlearner
 
 opacus = pytest.importorskip("opacus")
 
-TINY_DP = """
-name: tiny_dp
-description: compare under a DP extractor
-seed: 4
-device: cpu
-data:
-  source: synthetic
-  synthetic: {n_train: 240, n_test: 120, n_features: 6, n_classes: 2, n_causal: 3}
-partition: {kind: iid, num_clients: 3}
-model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 2, local_epochs: 1,
-        batch_size: 32, extractor_data: dp, dp: {noise_multiplier: 1.5, delta: 1.0e-5}}
-rff: {dim: 24}
-decorrelation: {features: 6, steps: 5}
-head: {accounting: exact}
-stream:
-  max_batch_requests: 5
-  phases:
-    - {name: a, ticks: 4, rate: 4, samples_per_request: 2}
-evaluation: {checkpoints: [5, 12]}
-"""
+TINY_DP = tiny_compare(
+    "tiny_dp",
+    model="rounds: 2, local_epochs: 1, extractor_data: dp, "
+    "dp: {noise_multiplier: 1.5, delta: 1.0e-5}",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from support.provenance import fitted_before_the_head, write_table
+from support.scenarios import tiny_compare
 
 from simulator.compare import build_workload
 from simulator.data.selection import stratified_split
@@ -100,26 +101,7 @@ def test_a_public_pool_sharing_a_clients_row_is_refused() -> None:
         check_public_pool(np.array([4, 5, 9]), shards)
 
 
-TINY = """
-name: tiny_public
-description: compare under a public extractor
-seed: 4
-device: cpu
-data:
-  source: synthetic
-  synthetic: {n_train: 240, n_test: 120, n_features: 6, n_classes: 2, n_causal: 3}
-partition: {kind: iid, num_clients: 3}
-model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 1, local_epochs: 2,
-        batch_size: 32, extractor_data: public}
-rff: {dim: 24}
-decorrelation: {features: 6, steps: 5}
-head: {accounting: exact}
-stream:
-  max_batch_requests: 5
-  phases:
-    - {name: a, ticks: 4, rate: 4, samples_per_request: 2}
-evaluation: {checkpoints: [5, 12]}
-"""
+TINY = tiny_compare("tiny_public", model="rounds: 1, local_epochs: 2, extractor_data: public")
 
 
 def test_compare_holds_the_public_pool_out_of_the_sample_ids() -> None:

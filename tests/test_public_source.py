@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.provenance import fitted_before_the_head, write_table
+from support.scenarios import tiny_compare
 
 from simulator.compare import build_workload
 from simulator.data.natural import digits_as_mnist
@@ -153,28 +154,13 @@ def test_a_digits_pool_fits_the_same_featurizer_whatever_the_clients_hold() -> N
         np.testing.assert_array_equal(fa[key], fb[key], err_msg=key)
 
 
-TINY = """
-name: tiny_public_source
-description: compare with a public pool from the test split
-seed: 4
-device: cpu
-data:
-  source: synthetic
-  synthetic: {n_train: 240, n_test: 120, n_features: 6, n_classes: 2, n_causal: 3}
-partition: {kind: iid, num_clients: 3}
-model: {backbone: mlp, feature_dim: 6, hidden: [12], rounds: 1, local_epochs: 2,
-        batch_size: 32, extractor_data: public, public_source: test_share}
-rff: {dim: 24}
-decorrelation: {features: 6, steps: 5}
-head: {accounting: exact}
-stream:
-  max_batch_requests: 5
-  phases:
-    - {name: a, ticks: 4, rate: 4, samples_per_request: 2}
-evaluation:
+TINY = tiny_compare(
+    "tiny_public_source",
+    model="rounds: 1, local_epochs: 2, extractor_data: public, public_source: test_share",
+    evaluation="""
   checkpoints: [5, 12]
-  shift_splits: [{name: noisy, kind: gaussian_noise, severity: 0.5}]
-"""
+  shift_splits: [{name: noisy, kind: gaussian_noise, severity: 0.5}]""",
+)
 
 
 def test_compare_takes_the_test_share_pool() -> None:
