@@ -499,6 +499,18 @@ class CheckpointStore:
         self._ledger_size = len(state.ledger)
         return state
 
+    def reload(self) -> ConsumerState:
+        """The last saved state, installed into the federation again (a batch undone).
+
+        A snapshot still being written is waited for first. Used when the federation ran
+        ahead of the checkpoint (:mod:`server.kafka.delivery`).
+        """
+        self._collect(wait=True)
+        state = self.load()
+        if state is None:
+            raise CheckpointError(f"{self.folder}: no checkpoint to restore")
+        return state
+
     def _replay(self, before: ConsumerState, record: JournalRecord) -> ConsumerState:
         """Apply a journaled batch again on ``before``; the consumer state after it.
 

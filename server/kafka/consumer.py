@@ -11,7 +11,9 @@ For every micro-batch (``batcher``):
    a journal record of the batch in between, :mod:`server.kafka.journal`);
 5. commit the offsets to the consumer group (for lag monitoring; the checkpoint is the source
    of truth on restart);
-6. publish the outbox (``publisher``), retrying with back-off while the broker is away.
+6. publish the outbox (``publisher``), retrying with back-off while the broker is away, on a
+   thread of its own while the next batch is read and applied (``delivery``); the next batch
+   is persisted only once it is on the broker.
 
 A restart loads the checkpoint, finishes publishing its outbox (sending only what did not
 arrive), checks that the log still holds what the checkpoint expects (``offsets``: stop, or
@@ -42,6 +44,7 @@ from server.health import process_age
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchConfig, lag
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
+from server.kafka.delivery import Delivery
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.events import (
     COUNTERS,
@@ -126,14 +129,12 @@ class _Session:
     parts : its assigned partitions, by number.
     store : the checkpoint store of the state folder.
     ledger : the answered request ids.
-    publisher : sends each batch's outbox.
     """
 
     consumer: KafkaConsumer
     parts: list[TopicPartition]
     store: CheckpointStore
     ledger: Ledger
-    publisher: Publisher
 
 
 class DeletionConsumer:
@@ -159,6 +160,9 @@ class DeletionConsumer:
         self._beat = 0.0
         self._recheck = False
         self._gap_seen = False
+        self._store: CheckpointStore | None = None
+        #: publishes each batch's outbox while the next batch is applied
+        self._delivery: Delivery | None = None
         self._options = client_options()
         self._log = LogProbe(
             config.bootstrap, config.topics.requests, options=self._options,
@@ -203,10 +207,10 @@ class DeletionConsumer:
             ledger = Ledger(state.ledger)
             registry = registry_of(self.fed) if cfg.gate.ownership else None
             self.gate = Gate(cfg.gate, registry, state.rate)
-            publisher = Publisher(
-                cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff
-            )
+            publisher = self._new_publisher()
+            self._store, self._delivery = store, Delivery(publisher)
             consumer: KafkaConsumer | None = None
+            ended = False
             try:
                 with self.waits.abandonable():  # the broker may be away: wait for it, or stop
                     ensure_topics(
@@ -238,12 +242,19 @@ class DeletionConsumer:
                         **self._totals(),
                     }
                 )
-                self._loop(_Session(consumer, parts, store, ledger, publisher))
+                self._loop(_Session(consumer, parts, store, ledger))
+                self._deliver()
                 self._close_journal(store)
+                ended = True
             except ConsumerInterrupted:  # stopped while waiting: nothing unsaved is lost
                 log.info("stopped while waiting; every batch applied is in the checkpoint")
+                self._deliver()
                 self._close_journal(store)
+                ended = True
             finally:
+                if not ended:  # an error: a publication in flight gives up (it is checkpointed)
+                    self.waits.stopped.set()
+                self._delivery.close()
                 if consumer is not None:
                     consumer.close(autocommit=False)
                 publisher.close()
@@ -259,6 +270,11 @@ class DeletionConsumer:
         summary["gaps"] = list(state.gaps)
         self._emit(summary)
         return summary
+
+    def _new_publisher(self) -> Publisher:
+        """The publisher of the outboxes (a seam: the tests hold or fail its publications)."""
+        cfg = self.config
+        return Publisher(cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff)
 
     def _close_journal(self, store: CheckpointStore) -> None:
         """A clean end: snapshot the journaled batches, so the next start replays none."""
@@ -353,6 +369,8 @@ class DeletionConsumer:
             for p, pr in probes.items()
             if (gap := find_gap(pr, state.offsets[p], state.last_records.get(p))) is not None
         ]
+        if gaps:  # saved over the last batch's checkpoint: its receipts first
+            self._deliver()
         for gap in gaps:
             self._on_gap(gap)
         if gaps:
@@ -451,7 +469,10 @@ class DeletionConsumer:
             if records:
                 self._handle(records, session)
                 idle_since = time.monotonic()
-            elif idle is not None and time.monotonic() - idle_since >= idle:
+                continue
+            if self._deliver():  # no batch to overlap with: the receipts now
+                idle_since = time.monotonic()  # idle from when the last batch was done
+            if idle is not None and time.monotonic() - idle_since >= idle:
                 return
 
     def _out_of_range(self, consumer: KafkaConsumer, parts: list[TopicPartition]) -> bool:
@@ -463,7 +484,11 @@ class DeletionConsumer:
         return False
 
     def _handle(self, records: list[Incoming], session: _Session) -> None:
-        """One micro-batch: decode, gate, apply, persist, commit, publish, report."""
+        """One micro-batch: decode, gate, apply, persist, commit, then publish and report.
+
+        The publication (and the batch's event, once its receipts are out) is finished when
+        the next batch has been applied, or when a fetch finds nothing (:meth:`_deliver`).
+        """
         if not self._log_holds(records, session):  # the log check, on every fetch
             return
         consumer, parts = session.consumer, session.parts
@@ -501,6 +526,8 @@ class DeletionConsumer:
             min_rows=cfg.min_removal_batch,
         )
         t_apply = time.perf_counter()
+        self._deliver(ahead=True)  # the last batch's receipts, published meanwhile
+        t_waited = time.perf_counter()
         state.pending = [(sources[i], requests[i]) for i in result.held]
         state.outbox = [
             receipt_record(r, src, topic=cfg.topics.receipts)
@@ -527,34 +554,63 @@ class DeletionConsumer:
         t_saved = time.perf_counter()
         committed = self._commit(consumer, parts)
         t_committed = time.perf_counter()
-        with self.waits.until_stopped():  # checkpointed: a stop may leave it to the next start
-            state.published_until = session.publisher.publish(
-                state.outbox, state.batch, start=state.published_until, verify=False
-            )
-        t_end = time.perf_counter()
-        done_ms = time.time() * 1000.0
         event = result.event
         event.update(
             kafka_fields(state, records=len(records), dead=kinds, unauthorised=reasons),
             committed=committed,
             lag_requests=lag(consumer, parts),
         )
-        event["latency_seconds"] = [
-            max(0.0, (done_ms - src.timestamp_ms) / 1000.0)
-            for r, src in zip(result.receipts, sources, strict=True)
-            if r is not None
-        ]
         event.setdefault("timings", {}).update(
             apply=t_apply - t0,
+            publish_wait=t_waited - t_apply,
             checkpoint=checkpoint,
             **{f"checkpoint_{part}": s for part, s in session.store.last_parts.items()},
             commit=t_committed - t_saved,
-            publish=t_end - t_committed,
-            total=t_end - t0,
         )
         if result.report is not None:
             event["timings"]["removal"] = result.report.timings.get("total", 0.0)
-        self._emit_batch(result)
+        assert self._delivery is not None
+        self._delivery.start(
+            state.outbox,
+            state.batch,
+            start=state.published_until,
+            outcome=result,
+            sent_ms=[
+                src.timestamp_ms
+                for r, src in zip(result.receipts, sources, strict=True)
+                if r is not None
+            ],
+            started=t0,
+        )
+
+    def _deliver(self, *, ahead: bool = False) -> bool:
+        """Wait for the last batch's receipts to be on the broker; emit that batch's event.
+
+        Called before anything else is persisted (:mod:`server.kafka.delivery`). ``ahead``:
+        the federation has applied a batch after the one being published. A stop that ended
+        the publication then undoes that batch (the last checkpoint is restored into the
+        federation) and ends the session: the batch was not saved, its records are read again
+        at the next start. Whether a batch was delivered.
+        """
+        done = None if self._delivery is None else self._delivery.finish()
+        if done is None:
+            return False
+        flight, published = done
+        if published.ends is not None:
+            self.state.published_until = published.ends
+        event = flight.outcome.event
+        event["latency_seconds"] = [
+            max(0.0, (published.done_ms - sent) / 1000.0) for sent in flight.sent_ms
+        ]
+        total = published.finished - flight.started
+        event["timings"].update(publish=published.seconds, total=total)
+        self._emit_batch(flight.outcome)
+        if published.ends is None and ahead:
+            log.info("stopped while publishing; undoing the batch applied after it")
+            assert self._store is not None
+            self.state = self._store.reload()
+            raise ConsumerInterrupted("stopped while publishing a batch's receipts")
+        return True
 
     def _log_holds(self, records: list[Incoming], session: _Session) -> bool:
         """Whether the log under ``records`` is still the one the checkpoint consumed.
