@@ -179,6 +179,7 @@ class LocalHeadData(HeadShape):
         if active is not None and np.shape(active) != (X.shape[0],):
             raise InputError(f"active must be one flag per row, got shape {np.shape(active)}")
         self._active = np.ones(X.shape[0], bool) if active is None else np.array(active, bool)
+        self._retained = int(np.count_nonzero(self._active))  # read several times a removal
         self._reweigh = reweigh
         self.backend = backend
         self._Xb = backend.asarray(X)  # the same array for numpy
@@ -190,13 +191,14 @@ class LocalHeadData(HeadShape):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._retained = int(np.count_nonzero(self._active))  # absent from older pickles
         self._Xb = self.backend.asarray(self._X)
         self._Yb = self.backend.asarray(self._Y)
 
     @property
     def retained_count(self) -> int:
         """Number of retained rows."""
-        return int(self._active.sum())
+        return self._retained
 
     @property
     def retained_ids(self) -> IntArray:
@@ -238,6 +240,7 @@ class LocalHeadData(HeadShape):
             raise InputError(f"saved rows {weights.shape} != held rows {self._a.shape}")
         self._a = weights.copy()
         self._active = active.copy()
+        self._retained = int(np.count_nonzero(self._active))
 
     @property
     def reweigh(self) -> Reweigher | None:
@@ -298,6 +301,7 @@ class LocalHeadData(HeadShape):
         max_a = float(self._a[idx].max(initial=0.0))
         max_w = max(max_a, self.max_weight())
         self._active[idx] = False
+        self._retained = int(np.count_nonzero(self._active))
         reweighted, l1 = None, 0.0
         if self._reweigh is not None:
             keep = self.retained_ids

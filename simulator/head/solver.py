@@ -73,6 +73,14 @@ def default_pending_rows(d: int) -> int:
 #: (docs/benchmarks.md, issue 27).
 DEVICE_FOLD_FLOPS = 5e10
 
+#: At most this dimension, every backend applies ``base^{-1}`` by batched products from the
+#: first solve with fresh factors (``HessianSolver._solve_base``). There the inverse costs
+#: ``K d^3`` flops (2e7 at d = 128, K = 10: about a millisecond, once per fold), and each
+#: application one batched product where two triangular solves cost numpy 2K calls (one per
+#: class and pass) and torch two batched calls: at d = 64, K = 10 the single removal's solve
+#: took 1.2-1.3 ms of the removal's 2 ms, almost all of it call overhead (issue 27).
+PRODUCT_SOLVE_MAX_DIM = 128
+
 
 def default_bulk_rows(d: int) -> int:
     """Bulk rows kept out of the factor before a fold: ``16 d``.
@@ -144,6 +152,7 @@ class HessianSolver:
         self.bulk_iterations = bulk_iterations
         self.factorisations = 0
         self._base: Array = self._bk.copy(hessians)
+        self._base_shared = False  # lent to a snapshot: copied before it is written in place
         self._clear_pending()
         self._factors: Array | None = None
         self._owns_factors = True  # False: the caller's factors, never written over
@@ -201,6 +210,7 @@ class HessianSolver:
         if tuple(hessians.shape) != tuple(self._base.shape):
             raise InputError(f"Hessian shape {hessians.shape} != {self._base.shape}")
         self._base = self._bk.copy(hessians)
+        self._base_shared = False
         self._clear_pending()
         self._drop_factors()
         self._factorise()
@@ -241,7 +251,9 @@ class HessianSolver:
         ``base^{-1}``. The inverse costs ``K d^3`` (about 7 ms there), so it is formed at the
         third application with the same factors (a solve makes one or two): a lone solve
         after a fold (a large batch) keeps the triangular solves, a stream of single
-        removals gets the products. The solves stay
+        removals gets the products. Up to ``PRODUCT_SOLVE_MAX_DIM`` every backend takes the
+        products from the first application: the inverse is cheap there and the calls are
+        what a solve costs. The solves stay
         verified by their true residual, so an inaccurate inverse would cost refinement
         steps, not soundness.
         """
@@ -249,7 +261,8 @@ class HessianSolver:
             return self._inverse @ B
         assert self._factors is not None
         self._factor_solves += 1
-        if self._bk.prefers_products and self._factor_solves > 2:
+        small = self.shape[1] <= PRODUCT_SOLVE_MAX_DIM
+        if small or (self._bk.prefers_products and self._factor_solves > 2):
             self._inverse = self._bk.cholesky_inverse(self._factors)
             return self._inverse @ B
         return self._bk.cho_solve(self._factors, B)
@@ -260,6 +273,7 @@ class HessianSolver:
         In place: a materialised copy (:attr:`hessians`) cost 0.28 s at d = 1,024, K = 10, on
         every large batch, mostly the page faults of 80 MB of fresh memory.
         """
+        self._own_base()
         if self._rows.shape[0]:
             self._subtract_rows(self._rows, self._coef, nonnegative=None)
         for rows, coef in self._bulk:
@@ -285,6 +299,7 @@ class HessianSolver:
         numpy dispatches to BLAS ``syrk`` (half the flops of a general product).
         """
         bk = self._bk
+        self._own_base()
         if nonnegative is None:
             nonnegative = bk.all(coef >= 0.0)
         for c in range(self._base.shape[0]):
@@ -299,9 +314,14 @@ class HessianSolver:
 
         ``z``, ``uz`` and ``factors`` are lists of per-class arrays (the layout of the
         checkpoints written before the solver was batched). ``host=False`` leaves the arrays
-        on the backend's device (copies where the solver writes in place, the others never
-        written after they are made), for a caller that reads them back later on another
-        thread (:func:`simulator.state_files.host_arrays`).
+        on the backend's device, for a caller that reads them back later on another thread
+        (:func:`simulator.state_files.host_arrays`). They are the solver's own arrays, not
+        copies, except ``z`` (its buffer is written over at every removal): the base and the
+        factors are *lent*, copy on write. The next in-place write to the base (a fold)
+        copies it first, and the lent factors are never reused as the memory of the next
+        factorisation. Copying them at every snapshot cost 0.7 s of a 2,000-row batch at
+        d = 1,024, K = 10 on two cores (170 MB of fresh memory), where a fold, if one comes
+        at all before the next snapshot, pays 84 MB once.
         """
         bk = self._bk
         out = bk.to_numpy if host else _as_is
@@ -309,9 +329,16 @@ class HessianSolver:
         def classes(arrays: Array) -> list[Array]:
             return _per_class(arrays, bk) if host else list(arrays)
 
-        return {
+        if host:
             # a copy (folds write into the base), made on the device: one read-back, not two
-            "base": out(bk.copy(self._base)),
+            base, factors = bk.copy(self._base), self._factors
+            factors = None if factors is None else bk.copy(factors)
+        else:
+            base, factors = self._base, self._factors
+            self._base_shared = True
+            self._owns_factors = False  # lent: _drop_factors will not write over them
+        return {
+            "base": out(base),
             "rows": out(self._rows),
             "coef": out(self._coef),
             "z": classes(bk.copy(self._z)),  # a copy: the buffer is written over
@@ -319,17 +346,35 @@ class HessianSolver:
             "mu": float(self._mu),
             "bulk": [(out(rows), out(coef)) for rows, coef in self._bulk],
             "bulk_stalled": self._bulk_stalled,
-            "factors": None if self._factors is None else classes(bk.copy(self._factors)),
+            "factors": None if factors is None else classes(factors),
             "factorisations": self.factorisations,
         }
 
+    def _own_base(self) -> None:
+        """Copy the base before writing it in place when a snapshot holds it (``state_dict``)."""
+        if self._base_shared:
+            self._base = self._bk.copy(self._base)
+            self._base_shared = False
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickle everything but the spare memory of stale factors."""
-        return {**self.__dict__, "_spare": None, "_zt_buf": None, "_zt_rows": 0}
+        return {
+            **self.__dict__,
+            "_spare": None,
+            "_zt_buf": None,
+            "_zt_rows": 0,
+            "_base_shared": False,  # the copy unpickled is nobody else's
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, upgrading a solver pickled before it was batched (per-class lists)."""
-        fresh = {"_owns_factors": False, "_spare": None, "_zt_buf": None, "_zt_rows": 0}
+        fresh = {
+            "_owns_factors": False,
+            "_spare": None,
+            "_zt_buf": None,
+            "_zt_rows": 0,
+            "_base_shared": False,
+        }
         self.__dict__.update({**fresh, **state})
         if "_bulk" not in state:  # pickled before bulk rows existed
             self._bulk, self._bulk_stalled, self.bulk_iterations = [], False, 16
@@ -345,7 +390,7 @@ class HessianSolver:
         if tuple(base.shape) != tuple(self._base.shape):
             raise InputError(f"saved Hessians {tuple(base.shape)} != {tuple(self._base.shape)}")
         k, d = self.shape
-        self._base = base
+        self._base, self._base_shared = base, False
         self._rows = bk.asarray(np.asarray(state["rows"], dtype=np.float64).reshape(-1, d))
         self._coef = bk.asarray(np.asarray(state["coef"], dtype=np.float64).reshape(-1, k))
         done = len(state["z"][0][0]) if k and d else 0
@@ -434,7 +479,7 @@ class HessianSolver:
         delta = self._bk.asarray(delta)
         if tuple(delta.shape) != tuple(self._base.shape):
             raise InputError(f"downdate shape {delta.shape} != {self._base.shape}")
-        self._fold_pending()
+        self._fold_pending()  # the base is the solver's own after it
         self._base -= delta
         if diagonal:
             self._base -= diagonal * self._bk.eye(self._base.shape[1])[None, :, :]
