@@ -97,3 +97,33 @@ def test_device_settings() -> None:
         HeadConfig(device="cuda", backend="numpy")
     with pytest.raises(ConfigError):
         HeadConfig(device="tpu")  # type: ignore[arg-type]
+
+
+def test_inference_tensors_of_a_torch_head_survive_every_use_outside_its_methods() -> None:
+    """The head's methods run in inference mode (``TorchBackend.kernels_only``): what they
+    make there is read, copied, pickled and restored outside, and written again inside.
+
+    After a retrain every array of the head is one made in inference mode; pending Gram rows
+    make ``state_dict`` and pickling fold, which must not write in place outside it.
+    """
+    import copy
+    import pickle
+
+    ref, head = twin_heads("torch", sigma=0.5, lam=1e-2)
+    head.retrain()
+    ref.retrain()
+    for i in range(3):  # pending Gram and Woodbury rows
+        assert_same_reports(ref.remove([i]), head.remove([i]))
+    assert head._gram._base.is_inference()
+    saved = head.state_dict()
+    lent = head.state_dict(host=False)
+    twin = pickle.loads(pickle.dumps(head))
+    clone = copy.deepcopy(head)
+    for other in (twin, clone, head):
+        other.load_state_dict(saved)
+    head.load_state_dict(saved)
+    for i in range(3, 40):  # past the pending limits: folds write into the arrays
+        expected = ref.remove([i])
+        for other in (head, twin, clone):
+            assert_same_reports(expected, other.remove([i]))
+    assert lent["solver"]["base"].is_inference()

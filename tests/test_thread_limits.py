@@ -39,14 +39,14 @@ def test_torch_head_removes_with_one_thread_and_keeps_the_pool_size_afterwards(
 ) -> None:
     _, head = twin_heads("torch", accounting="guo", sigma=0.5, lam=1e-2)
     seen: list[int] = []
-    solve = head._bk.solve_triangular
+    norms = head._bk.norms  # every solve and every bound takes norms
 
     def recording(*args: object, **kwargs: object) -> object:
         seen.append(torch.get_num_threads())
-        return solve(*args, **kwargs)
+        return norms(*args, **kwargs)
 
     with thread_limits(torch=2):
-        monkeypatch.setattr(head._bk, "solve_triangular", recording)  # a spy: records, calls
+        monkeypatch.setattr(head._bk, "norms", recording)  # a spy: records, calls
         head.remove([0])
         assert torch.get_num_threads() == 2
     assert seen and set(seen) == {1}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from typing import Any, Literal
 
@@ -114,6 +115,10 @@ class NumpyBackend:
     #: inverse on the CPU, and no ``K d^3`` inverse per factorisation)
     prefers_products = False
 
+    def kernels_only(self) -> AbstractContextManager[Any]:
+        """A block of array work that no gradient is ever taken of (nothing to do for numpy)."""
+        return nullcontext()
+
     def asarray(self, x: Array) -> Array:
         """Float64 array of this backend (on its device) holding ``x``; no copy where it is one."""
         return to_numpy(x)
@@ -194,6 +199,10 @@ class NumpyBackend:
     def transposed_product(self, X: Array, C: Array) -> Array:
         """``X^T C`` for tall ``X`` (n, d) and ``C`` (n, c): the gradient's pass over the rows."""
         return X.T @ C
+
+    def batched_product(self, A: Array, B: Array) -> Array:
+        """``A_k B_k`` for a batch of square ``A`` (K, d, d) and narrow ``B`` (K, d, c)."""
+        return A @ B
 
     def all(self, x: Array) -> bool:
         """Whether every entry is non-zero."""
@@ -284,6 +293,19 @@ class TorchBackend:
         self._dev = torch.device(device)
         #: the device as tensors report it (``cuda:0`` for ``cuda``), for identity checks
         self._home = torch.empty(0, device=self._dev).device
+
+    def kernels_only(self) -> AbstractContextManager[Any]:
+        """A block of tensor work that no gradient is ever taken of: ``torch.inference_mode``.
+
+        The head never differentiates (its gradients and Hessians are closed forms), and
+        inference mode skips autograd's bookkeeping on every operation: about a fifth of a
+        single removal's time at d = 64, K = 10 on CPU torch, where the operations' dispatch
+        is the cost (``bench/overhead.py``, issue 27). Tensors made inside are *inference
+        tensors*: they may be read anywhere (copied, pickled, moved), but written in place only
+        inside such a block, which is why every method of the head that writes its tensors
+        runs in one (``CertifiedHead.remove``, ``retrain``, ``load_state_dict``).
+        """
+        return self._torch.inference_mode()
 
     @property
     def _numpy_fast_paths(self) -> bool:
@@ -422,6 +444,19 @@ class TorchBackend:
             Xn, Cn = X.detach().numpy(), C.detach().numpy()
             return self._torch.from_numpy(np.ascontiguousarray(Xn.T @ Cn))
         return X.T @ C
+
+    def batched_product(self, A: Array, B: Array) -> Array:
+        """``A_k B_k`` for a batch of square ``A`` (K, d, d) and narrow ``B`` (K, d, c).
+
+        On the CPU through numpy on the same memory: torch's float64 batched product of
+        (10, 64, 64) by (10, 64, 1) took 58 us against numpy's 11 us, three times per single
+        removal (the solves' products with ``base^{-1}`` and the residual's with the base).
+        On a GPU the product as written (one kernel).
+        """
+        if self._numpy_fast_paths:  # a narrow B made contiguous (a copy of K d c floats)
+            Bn = np.ascontiguousarray(B.detach().numpy())
+            return self._torch.from_numpy(np.matmul(A.detach().numpy(), Bn))
+        return A @ B
 
     def all(self, x: Array) -> bool:
         """Whether every entry is non-zero."""

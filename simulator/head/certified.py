@@ -25,11 +25,12 @@ evaluated at ``W_ref``; it is rebuilt over all retained rows only at (re)trainin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -84,6 +85,28 @@ CORRECTION_TARGET = 0.5
 #: itself only an approximation of the current one: a tighter solve buys nothing but
 #: conjugate-gradient steps (with bulk rows, ``solver.py``).
 CORRECTION_RTOL = 1e-3
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _kernels_only(
+    method: Callable[Concatenate[CertifiedHead, _P], _R],
+) -> Callable[Concatenate[CertifiedHead, _P], _R]:
+    """Run a method that writes the head's arrays in its backend's ``kernels_only`` block.
+
+    On torch that is inference mode (``backend.TorchBackend.kernels_only``): the tensors the
+    head makes there may be written in place only inside such a block, so every method that
+    writes them is decorated.
+    """
+
+    @functools.wraps(method)
+    def wrapped(self: CertifiedHead, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._bk.kernels_only():
+            return method(self, *args, **kwargs)
+
+    return wrapped
 
 
 @dataclass(frozen=True)
@@ -236,6 +259,7 @@ class CertifiedHead:
             "gram": self._gram.state_dict(host=host),
         }
 
+    @_kernels_only
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Install a :meth:`state_dict` (of this or an earlier version) into this head.
 
@@ -360,6 +384,7 @@ class CertifiedHead:
         self._since_refresh = 0
 
     # ---------------------------------------------------------------- removal
+    @_kernels_only
     def remove(self, ids: Sequence[int], *, retrain: bool = False) -> RemovalReport:
         """Certifiably remove a batch of sample ids (one Newton step, or a retrain).
 
@@ -697,6 +722,7 @@ class CertifiedHead:
         """Remove samples one at a time (one certified step each)."""
         return [self.remove([i]) for i in ids]
 
+    @_kernels_only
     def retrain(self, reason: str = "requested") -> float:
         """Retrain from scratch on the retained rows with a fresh perturbation."""
         self.retrains += 1

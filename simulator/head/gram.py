@@ -42,14 +42,25 @@ class GramMatrix:
             self._rows = self._bk.zeros((0, self._base.shape[0]))
         return self._base
 
+    def _folded(self) -> Array:
+        """The current Gram matrix as a new array; nothing of this object is written.
+
+        Pickling and ``state_dict`` run outside the head's methods (a checkpoint, a copy of
+        the federation), where a torch head's inference tensors may not be written in place
+        (``backend.TorchBackend.kernels_only``).
+        """
+        if self._rows.shape[0]:
+            return self._base - self._rows.T @ self._rows
+        return self._bk.copy(self._base)
+
     def __getstate__(self) -> dict[str, object]:
         """Pickle the folded matrix (checkpoints stay d x d, whatever is pending)."""
-        self.matrix()
-        return dict(self.__dict__)
+        d = self._base.shape[0]
+        return {**self.__dict__, "_base": self._folded(), "_rows": self._bk.zeros((0, d))}
 
     def state_dict(self, *, host: bool = True) -> dict[str, Any]:
         """The folded matrix, as numpy (``host=False``: a copy on the backend's device)."""
-        matrix = self._bk.copy(self.matrix())
+        matrix = self._folded()
         return {"matrix": self._bk.to_numpy(matrix) if host else matrix}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

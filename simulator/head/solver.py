@@ -258,13 +258,13 @@ class HessianSolver:
         steps, not soundness.
         """
         if self._inverse is not None:
-            return self._inverse @ B
+            return self._bk.batched_product(self._inverse, B)
         assert self._factors is not None
         self._factor_solves += 1
         small = self.shape[1] <= PRODUCT_SOLVE_MAX_DIM
         if small or (self._bk.prefers_products and self._factor_solves > 2):
             self._inverse = self._bk.cholesky_inverse(self._factors)
-            return self._inverse @ B
+            return self._bk.batched_product(self._inverse, B)
         return self._bk.cho_solve(self._factors, B)
 
     def _fold_pending(self) -> None:
@@ -487,7 +487,7 @@ class HessianSolver:
     # ------------------------------------------------------------------ solve
     def _matvec(self, X: Array) -> Array:
         """``H_k X_k`` for every class: ``X`` (K, d, c), the exact implicit matrices."""
-        out = self._base @ X - self._mu * X
+        out = self._bk.batched_product(self._base, X) - self._mu * X
         if self._rows.shape[0]:
             out = out - _rows_term(self._rows, self._coef, X)
         for rows, coef in self._bulk:
