@@ -179,8 +179,8 @@ def test_a_stop_leaves_a_wait_of_its_own_thread_only() -> None:
     with pytest.raises(ConsumerInterrupted), waits.abandonable():  # once stopped: not entered
         pass
     ran = []
-    with waits.until_stopped():  # work already started is tried, and a stop ends it quietly
-        ran.append(1)
+    with pytest.raises(ConsumerInterrupted), waits.abandonable(started=True):
+        ran.append(1)  # work already started is tried, and a stop ends it
         waits.stop()
         ran.append(2)
     assert ran == [1]

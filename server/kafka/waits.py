@@ -2,10 +2,12 @@
 
 A consumer waits in places where a stop loses nothing: polling the requests topic (records
 read but not yet applied are read again from the checkpointed offsets), sleeping between
-retries while the broker is away, connecting at start, and publishing an outbox that is
-already in the checkpoint (the next start sends what did not arrive). Such a place is an
-*abandonable* wait (:meth:`Waits.abandonable`). Applying a batch and writing its checkpoint
-are not: a stop there lets the batch finish, as before.
+retries while the broker is away, and connecting at start, or publishing an outbox at start
+that is already in the checkpoint (the next start sends what did not arrive; a batch's own
+publication runs on a thread of its own, which a stop ends through the back-off:
+:mod:`server.kafka.delivery`). Such a place is an *abandonable* wait
+(:meth:`Waits.abandonable`). Applying a batch and writing its checkpoint are not: a stop
+there lets the batch finish, as before.
 
 :meth:`Waits.stop` (what :meth:`DeletionConsumer.stop <server.kafka.consumer.DeletionConsumer.stop>`
 calls, from the SIGTERM/SIGINT handler of :func:`simulator.runner.interrupt.graceful_stop` or
@@ -97,16 +99,3 @@ class Waits:
         finally:
             self._depth -= 1
             self._owner = outer if self._depth else None
-
-    @contextmanager
-    def until_stopped(self) -> Iterator[None]:
-        """The last wait of work already started: tried even once stopped, ended by a stop.
-
-        A stop during it is not an error: the block just ends early (the batch's publication,
-        whose outbox is in the checkpoint).
-        """
-        try:
-            with self.abandonable(started=True):
-                yield
-        except ConsumerInterrupted:
-            pass
