@@ -54,13 +54,13 @@ class HeldConsumer(DeletionConsumer):
         self.waiting = threading.Event()  # the main thread waits for batch 1's receipts
         self.seen: dict[str, Any] = {}
 
-    def _deliver(self, *, ahead: bool = False) -> None:
+    def _deliver(self, *, ahead: bool = False) -> bool:
         flying = self._delivery is not None and self._delivery.in_flight is not None
         if ahead and flying and not self.waiting.is_set():
             self.seen["W_ahead"] = self.fed.head.W.copy()
             self.seen["journal"] = journal_batches(self.config.state_dir)
             self.waiting.set()
-        super()._deliver(ahead=ahead)
+        return super()._deliver(ahead=ahead)
 
     def _new_publisher(self) -> Publisher:
         outer = self
@@ -96,14 +96,21 @@ def events(folder: Path) -> list[dict[str, Any]]:
     return [e for e in map(json.loads, lines) if e["event"] == "deletion_batch"]
 
 
+def held_stream(
+    broker: LocalBroker, built: Federation, folder: Path, batches: int, *, fail: bool = False
+) -> tuple[list[Any], HeldConsumer]:
+    """``batches`` full batches of requests on the broker, and a held consumer of them."""
+    fed = copy.deepcopy(built)
+    requests = fed.requests[: batches * BATCH]
+    replay_requests(requests, bootstrap=broker.bootstrap, topics=Topics())
+    cfg = config(broker.bootstrap, folder, snapshot_every=10)
+    return requests, HeldConsumer(fed, cfg, fail=fail)
+
+
 def test_the_next_batch_is_applied_meanwhile_and_saved_only_after_the_receipts(
     broker: LocalBroker, built: Federation, tmp_path: Path
 ) -> None:
-    fed = copy.deepcopy(built)
-    requests = fed.requests[: 3 * BATCH]
-    replay_requests(requests, bootstrap=broker.bootstrap, topics=Topics())
-    cfg = config(broker.bootstrap, tmp_path, snapshot_every=10)
-    consumer = HeldConsumer(fed, cfg)
+    requests, consumer = held_stream(broker, built, tmp_path, 3)
 
     summary = consumer.run()
 
@@ -122,11 +129,8 @@ def test_the_next_batch_is_applied_meanwhile_and_saved_only_after_the_receipts(
 def test_a_stop_that_ends_the_publication_undoes_the_batch_applied_after_it(
     broker: LocalBroker, built: Federation, tmp_path: Path
 ) -> None:
-    fed = copy.deepcopy(built)
-    requests = fed.requests[: 2 * BATCH]
-    replay_requests(requests, bootstrap=broker.bootstrap, topics=Topics())
-    cfg = config(broker.bootstrap, tmp_path, snapshot_every=10)
-    consumer = HeldConsumer(fed, cfg, fail=True)
+    requests, consumer = held_stream(broker, built, tmp_path, 2, fail=True)
+    fed, cfg = consumer.fed, consumer.config
 
     consumer.run()
 
