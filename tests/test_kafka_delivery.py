@@ -21,6 +21,7 @@ from support.kafka import BATCH, broker, config, read_receipts
 from support.scenarios import TEN_CLIENTS, scenario
 
 from server.kafka import journal
+from server.kafka.backoff import Backoff
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
 from server.kafka.consumer import ConsumerConfig, DeletionConsumer
@@ -82,7 +83,8 @@ class HeldConsumer(DeletionConsumer):
                 return super().publish(records, batch, start=start, verify=verify)
 
         cfg = self.config
-        return Held(cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff)
+        backoff = Backoff(stop=self.waits.stopped)
+        return Held(cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=backoff)
 
 
 def journal_batches(folder: Path) -> list[int]:

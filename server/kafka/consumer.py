@@ -272,9 +272,14 @@ class DeletionConsumer:
         return summary
 
     def _new_publisher(self) -> Publisher:
-        """The publisher of the outboxes (a seam: the tests hold or fail its publications)."""
+        """The publisher of the outboxes (a seam: the tests hold or fail its publications).
+
+        Its back-off is its own (it runs on the delivery's thread, beside the fetches'), and
+        ends at the same stop.
+        """
         cfg = self.config
-        return Publisher(cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=self.backoff)
+        backoff = Backoff(stop=self.waits.stopped)
+        return Publisher(cfg.bootstrap, flush_timeout=cfg.flush_timeout, backoff=backoff)
 
     def _close_journal(self, store: CheckpointStore) -> None:
         """A clean end: snapshot the journaled batches, so the next start replays none."""
