@@ -6,7 +6,9 @@ over the K columns: on the common path one read-back after the solve (residual n
 for the bounds; an exact pass (``anchored``'s re-anchoring, ``exact``, ``report_exact``) adds
 one, a refactorisation (a fold of the pending rows) one, a further Neumann step of the solve
 one (``solver.py``); each correction step (a solve and an exact pass, ``certified.py``) adds
-``READS_PER_CORRECTION``, and one more from the second on (the mixing, ``anderson.py``).
+``READS_PER_CORRECTION``, and one more for the mixing (``anderson.py``): from the second step
+on, or from the first where it has secant pairs already (the removal's own step, where the old
+head's exact gradient is known, or an earlier correction's).
 Whatever K is, a removal that does not retrain reads back at most ``MAX_READS_PER_REMOVAL``
 times here, plus those of its correction steps. torch runs here with
 ``UNLEARNSIM_TORCH_GPU_PATH=1``: the code path a GPU takes, without the CPU's numpy shortcuts
@@ -34,9 +36,10 @@ READS_PER_CORRECTION = 2
 READS_PER_MIXING = 1
 
 
-def correction_reads(corrections: int) -> int:
+def correction_reads(corrections: int, *, first_mixed: bool) -> int:
     """Read-backs of ``corrections`` correction steps (``certified.py``, ``anderson.py``)."""
-    return READS_PER_CORRECTION * corrections + READS_PER_MIXING * max(0, corrections - 1)
+    mixings = corrections if first_mixed else max(0, corrections - 1)
+    return READS_PER_CORRECTION * corrections + READS_PER_MIXING * mixings
 
 
 def torch_head(k: int, accounting: str, monkeypatch: pytest.MonkeyPatch) -> CertifiedHead:
@@ -54,10 +57,12 @@ def reads_per_removal(head: CertifiedHead, batches: list[list[int]]) -> list[tup
     with where they came from."""
     out = []
     for ids in batches:
+        first_mixed = head._folds_carried() or bool(head._pairs)  # secant pairs at the start
         with TransferCounter() as counter:
             report = head.remove(ids)
         if not report.retrained:
-            extra = correction_reads(report.corrections) + max(0, report.solver_iterations - 1)
+            extra = correction_reads(report.corrections, first_mixed=first_mixed)
+            extra += max(0, report.solver_iterations - 1)
             out.append((counter.count - extra, counter.report()))
     return out
 

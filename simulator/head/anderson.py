@@ -29,19 +29,32 @@ from simulator.head.backend import Array, Backend
 
 #: Iterate pairs kept for the mixing (differences: one fewer).
 DEPTH = 3
+#: Secant pairs mixed at most: this correction's newest first, then earlier removals'.
+PAIRS = 4
 
 
-def mixed(heads: Sequence[Array], gradients: Sequence[Array], bk: Backend) -> tuple[Array, Array]:
-    """``(w_hat, g_hat)`` (d, K) from the measured iterates, oldest first (module docstring).
+#: A secant pair ``(dW, dG)`` (each d x K): a step between two heads and the change of the
+#: exact gradient along it.
+Pair = tuple[Array, Array]
 
-    With one iterate, or where the least-squares problem is degenerate, the last iterate
-    unchanged (the plain correction step).
+
+def differences(heads: Sequence[Array], gradients: Sequence[Array]) -> list[Pair]:
+    """The secant pairs of consecutive iterates, oldest first."""
+    return [
+        (heads[j] - heads[j - 1], gradients[j] - gradients[j - 1]) for j in range(1, len(heads))
+    ]
+
+
+def mixed(W: Array, g: Array, pairs: Sequence[Pair], bk: Backend) -> tuple[Array, Array]:
+    """``(w_hat, g_hat)`` (d, K) from the head ``W``, its gradient ``g`` and secant ``pairs``.
+
+    With no pairs, or where the least-squares problem is degenerate, ``(W, g)`` unchanged
+    (the plain correction step).
     """
-    W, g = heads[-1], gradients[-1]
-    if len(heads) < 2:
+    if not pairs:
         return W, g
-    dW = bk.stack([heads[j] - heads[j - 1] for j in range(1, len(heads))])  # (m, d, K)
-    dG = bk.stack([gradients[j] - gradients[j - 1] for j in range(1, len(gradients))])
+    dW = bk.stack([p[0] for p in pairs])  # (m, d, K)
+    dG = bk.stack([p[1] for p in pairs])
     gram = bk.sum(dG[:, None, :, :] * dG[None, :, :, :], axis=2)  # (m, m, K)
     rhs = bk.sum(dG * g[None, :, :], axis=1)  # (m, K)
     both = bk.to_numpy(bk.concat([gram, rhs[None, :, :]], axis=0))  # one read-back

@@ -76,14 +76,17 @@ FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
 SMALL_BATCH = 64
 #: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``).
-STATE_VERSION = 2
+STATE_VERSION = 3
 #: Correction steps bring a measured residual below this share of the budget, leaving the rest
 #: for the cheap steps that follow before the next anchor (:meth:`CertifiedHead._correct`).
 CORRECTION_TARGET = 0.5
 #: Relative residual of a correction step's solve. The step's error is measured, not bounded
 #: (:meth:`CertifiedHead._correct`), and the Hessian it solves with is the reference point's,
 #: itself only an approximation of the current one: a tighter solve buys nothing but
-#: conjugate-gradient steps (with bulk rows, ``solver.py``).
+#: conjugate-gradient steps (with bulk rows, ``solver.py``). Looser is not better: at 0.1 and
+#: 0.5 the benchmark's class purge saved 40-100 ms per pass, but 0.5 lost the first correction
+#: of a 40-row batch in a 300-row problem, and the GPU path (folds) and numpy (bulk rows) no
+#: longer took the same decisions (``tests/support/head_backend.py``).
 CORRECTION_RTOL = 1e-3
 
 
@@ -134,6 +137,8 @@ class _Release:
     gradient: Array | None
     residuals: StepResiduals
     corrections: int = 0
+    start: tuple[Array, Array] | None = None
+    pairs: tuple[anderson.Pair, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class CertifiedHead:
     _W_ref: Array
     _b: Array
     _carried: Array
+    _pairs: tuple[anderson.Pair, ...]
     _solver: HessianSolver
     _gram: GramMatrix
 
@@ -241,6 +247,7 @@ class CertifiedHead:
             "W_ref": bk.to_numpy(self._W_ref).copy(),
             "b": bk.to_numpy(self._b).copy(),
             "carried": bk.to_numpy(self._carried).copy(),
+            "pairs": [[bk.to_numpy(a).copy() for a in pair] for pair in self._pairs],
             "anchor_fresh": bool(self._anchor_fresh),
             "cumulative": float(self._cumulative),
             "spectral": float(self._spectral),
@@ -279,6 +286,9 @@ class CertifiedHead:
         self._W_ref = bk.asarray(np.asarray(state["W_ref"], dtype=np.float64))
         self._b = bk.asarray(np.asarray(state["b"], dtype=np.float64))
         self._carried = bk.asarray(np.asarray(state["carried"], dtype=np.float64))
+        # versions before 3 kept no secant pairs: the next correction starts without them
+        pairs = [[np.asarray(a, dtype=np.float64) for a in pair] for pair in state.get("pairs", [])]
+        self._pairs = tuple((bk.asarray(dW), bk.asarray(dG)) for dW, dG in pairs)
         # version 1 had no anchors: its carried gradient is not known to be current
         self._anchor_fresh = bool(state.get("anchor_fresh", False))
         self._cumulative = float(state["cumulative"])
@@ -308,6 +318,7 @@ class CertifiedHead:
         d, k = self.data.dim, self.data.columns
         # drawn by numpy whatever the backend: the same b on every backend for one seed
         self._b = self._bk.asarray(self._rng.normal(0.0, self.config.sigma, size=(d, k)))
+        self._pairs = ()
         if self.data.retained_count == 0:
             return self._empty(reason)
         with all_blas_threads():
@@ -426,13 +437,15 @@ class CertifiedHead:
         retained = self.data.retained_count
         if retained == 0:
             return self._retrained(ids, "empty", t0)
+        known = self._folds_carried()  # then g below is the exact gradient at the old head
         with _timed(timings, "solve"):
-            solved = self._newton_step(delta, len(ids))
+            solved, g = self._newton_step(delta, len(ids))
             W_new = self._W - solved.step
         with _timed(timings, "bounds"):
             bounds = self._step_bounds(delta, solved, len(ids), retained)
         residuals, gradient = self._with_exact(bounds, W_new, timings)
-        step, release = self._charge(_Release(W_new, gradient, residuals), timings)
+        start = (self._W, g) if known else None
+        step, release = self._charge(_Release(W_new, gradient, residuals, start=start), timings)
         self.removals += 1
         reason = self._settle(step, release, timings)
         timings["total"] = time.perf_counter() - t0
@@ -493,10 +506,15 @@ class CertifiedHead:
         head's exact residual whatever the stale Hessian's error. Steps are taken while the
         residual is above ``CORRECTION_TARGET`` times the budget, up to
         ``config.correction_steps``, and stop at the first that does not lower it: the head
-        released is the best measured one (timed as ``correction``). From the second step on,
-        the step starts from the Anderson mixing of the last measured iterates
-        (:mod:`simulator.head.anderson`): the combination whose linearised gradient is
-        smallest, which the measurement then checks like any other.
+        released is the best measured one (timed as ``correction``). Each step starts from
+        the Anderson mixing (:mod:`simulator.head.anderson`) of the last measured iterates:
+        the combination whose linearised gradient is smallest, which the measurement then
+        checks like any other. The iterates include the removal's old head where its exact
+        gradient under the new objective is known (``release.start``: the Newton step itself
+        is then a secant pair), and the first step also mixes the secant pairs that the last
+        correcting removal left (``self._pairs``): the curvature the reference Hessian lacks
+        along the directions a class purge keeps moving in. On the benchmark's class purge
+        (1,804 rows) they cut the passes from three to two (``docs/certified-head.md``).
         """
         assert release.gradient is not None and release.residuals.exact is not None
         target = CORRECTION_TARGET * self.budget
@@ -506,10 +524,15 @@ class CertifiedHead:
         floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
         best, lowest, passes = release, release.residuals.exact, 0
         heads, gradients = [release.W], [release.gradient]  # measured iterates, for mixing
+        if release.start is not None:
+            heads, gradients = [release.start[0], *heads], [release.start[1], *gradients]
         with _timed(timings, "correction"):
             while passes < limit and lowest > target:
                 passes += 1
-                W_hat, g_hat = anderson.mixed(heads, gradients, self._bk)
+                mixing = anderson.differences(heads, gradients)[::-1]  # newest first
+                if passes == 1:  # earlier removals' pairs only propose the first step
+                    mixing = [*mixing, *self._pairs][: anderson.PAIRS]
+                W_hat, g_hat = anderson.mixed(heads[-1], gradients[-1], mixing, self._bk)
                 solved = self._solver.solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
                 W = W_hat - solved.step
                 gradient = self._gradient_exact(W)
@@ -520,7 +543,8 @@ class CertifiedHead:
                     break
                 lowest = exact
                 best = _Release(W, gradient, dataclasses.replace(best.residuals, exact=exact))
-        return dataclasses.replace(best, corrections=passes)
+        pairs = tuple(anderson.differences(heads, gradients)[::-1][: anderson.PAIRS])
+        return dataclasses.replace(best, corrections=passes, pairs=pairs)
 
     def _refresh_if_due(self) -> None:
         """Rebuild the incremental Hessian every ``refresh_every`` removals (0: never)."""
@@ -529,11 +553,15 @@ class CertifiedHead:
         if cfg.hessian_mode == "incremental" and due:
             self._refresh()
 
-    def _newton_step(self, delta: DeletionStatistics, m: int) -> SolveResult:
-        """Bring the Hessian to the retained rows and solve for the step to the new optimum."""
+    def _newton_step(self, delta: DeletionStatistics, m: int) -> tuple[SolveResult, Array]:
+        """Bring the Hessian to the retained rows and solve for the step to the new optimum.
+
+        Returns the solve and its right-hand side ``g`` (:meth:`_step_gradient`).
+        """
         _HESSIAN_UPDATES[self.config.hessian_mode](self, delta, m)
         floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
-        return self._solver.solve(self._step_gradient(delta, m), floor=floor)
+        g = self._step_gradient(delta, m)
+        return self._solver.solve(g, floor=floor), g
 
     def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
         """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
@@ -673,6 +701,8 @@ class CertifiedHead:
         self._anchor_fresh = release.gradient is not None
         if release.gradient is not None:
             self._carried = release.gradient
+        if release.pairs:
+            self._pairs = release.pairs
         return None
 
     def _report(

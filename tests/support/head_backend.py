@@ -99,8 +99,10 @@ def folds_and_decides_alike(ref: CertifiedHead, other: CertifiedHead) -> None:
         ids, order = order[:size].tolist(), order[size:]
         a, b = ref.remove(ids), other.remove(ids)
         assert (a.retrained, a.anchored, a.corrections) == (b.retrained, b.anchored, b.corrections)
-        # the charged solver residuals differ (each below rtol 1e-5 of the gradient)
+        # the charged solver residuals differ (each below rtol 1e-5 of the gradient), and a
+        # correction step's solve more (CORRECTION_RTOL: its error is measured, not bounded)
         assert b.cumulative == pytest.approx(a.cumulative, rel=1e-2, abs=1e-9)
-        np.testing.assert_allclose(other.W, ref.W, rtol=1e-5, atol=1e-8)
+        rtol = 1e-3 if a.corrections else 1e-5
+        np.testing.assert_allclose(other.W, ref.W, rtol=rtol, atol=1e-8)
         folded += ref._solver.bulk_rows - other._solver.bulk_rows
     assert folded > 0  # numpy kept bulk rows that the other folded
