@@ -99,7 +99,9 @@ def test_device_settings() -> None:
         HeadConfig(device="tpu")  # type: ignore[arg-type]
 
 
-def test_inference_tensors_of_a_torch_head_survive_every_use_outside_its_methods() -> None:
+def test_inference_tensors_of_a_torch_head_survive_every_use_outside_its_methods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The head's methods run in inference mode (``TorchBackend.kernels_only``): what they
     make there is read, copied, pickled and restored outside, and written again inside.
 
@@ -109,6 +111,7 @@ def test_inference_tensors_of_a_torch_head_survive_every_use_outside_its_methods
     import copy
     import pickle
 
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")  # the solver's and Gram's tensors too (GPU path)
     ref, head = twin_heads("torch", sigma=0.5, lam=1e-2)
     head.retrain()
     ref.retrain()

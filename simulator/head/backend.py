@@ -119,6 +119,11 @@ class NumpyBackend:
         """A block of array work that no gradient is ever taken of (nothing to do for numpy)."""
         return nullcontext()
 
+    @property
+    def small_work(self) -> NumpyBackend:
+        """The backend the head's solver computes with: this one."""
+        return self
+
     def asarray(self, x: Array) -> Array:
         """Float64 array of this backend (on its device) holding ``x``; no copy where it is one."""
         return to_numpy(x)
@@ -137,7 +142,7 @@ class NumpyBackend:
 
     def copy(self, x: Array) -> Array:
         """A float64 copy of ``x`` that shares no memory with it."""
-        return np.array(x, dtype=np.float64, copy=True)
+        return np.array(to_numpy(x), dtype=np.float64, copy=True)
 
     def concat(self, parts: Sequence[Array], axis: int = 0) -> Array:
         """The ``parts`` joined along ``axis``."""
@@ -312,6 +317,19 @@ class TorchBackend:
         """Whether the CPU's numpy shortcuts apply (read at each call: tests switch them)."""
         gpu_path = os.environ.get(GPU_PATH_VARIABLE, "") not in ("", "0")
         return self._dev.type == "cpu" and not gpu_path
+
+    @property
+    def small_work(self) -> Backend:
+        """The backend the head's solver computes with (``solver.HessianSolver``).
+
+        On the CPU numpy, on the same memory: the solver's work per removal is a hundred or
+        so operations on (K, d, r) arrays, and each costs torch 5-10 us of dispatch against
+        numpy's 1-2 (the solve took 0.75-0.97 ms of a 1.4-1.8 ms single removal at d = 64,
+        K = 10 with torch, 0.36-0.41 ms with numpy: ``bench/overhead.py``, issue 27). On a GPU,
+        and with ``UNLEARNSIM_TORCH_GPU_PATH=1``, this backend: the solver's arrays stay on
+        the device.
+        """
+        return NUMPY if self._numpy_fast_paths else self
 
     @property
     def prefers_products(self) -> bool:

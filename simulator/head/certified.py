@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from simulator.errors import InputError, UnknownSampleError
 from simulator.head import anderson
 from simulator.head.accounting import RULES, Charge, anchor
-from simulator.head.backend import Array, Backend, make_backend
+from simulator.head.backend import Array, Backend, backend_of, make_backend
 from simulator.head.certificate import (
     GAMMA_LOGISTIC_TIGHT,
     StepResiduals,
@@ -328,12 +328,12 @@ class CertifiedHead:
         cfg = self.config
         res: TrainResult
         if reason != "initial" and cfg.retrain == "warm" and self._warm_start_ok:
-            solver = self._solver
+            solver, bk = self._solver, self._bk
             res = retrain_head(
                 self.data,
                 self._b,
                 lam=cfg.lam,
-                start=WarmStart(self._W, lambda g: solver.solve(g).step),
+                start=WarmStart(self._W, lambda g: bk.asarray(solver.solve(g).step)),
                 settings=WarmRetrainConfig(tol=cfg.tol),
                 backend=self._bk,
             )
@@ -344,9 +344,11 @@ class CertifiedHead:
             gram = res.gram
         self._W = res.W
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
-        self._solver = HessianSolver(res.hessian, backend=self._bk, factors=res.factors)
-        self._gram = GramMatrix(gram, backend=self._bk)
-        self._spectral = _spectral_upper_bound(gram, self._bk)
+        self._solver = HessianSolver(
+            res.hessian, backend=self._bk.small_work, factors=res.factors
+        )
+        self._gram = GramMatrix(gram, backend=self._bk.small_work)
+        self._spectral = _spectral_upper_bound(gram)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
         self._anchor_fresh = True
@@ -364,8 +366,9 @@ class CertifiedHead:
         bk = self._bk
         self._W = bk.zeros((d, k))
         self._W_ref = bk.zeros((d, k))
-        self._solver = HessianSolver(bk.zeros((k, d, d)) + bk.eye(d)[None, :, :], backend=bk)
-        self._gram = GramMatrix(bk.zeros((d, d)), backend=bk)
+        identities = bk.zeros((k, d, d)) + bk.eye(d)[None, :, :]
+        self._solver = HessianSolver(identities, backend=bk.small_work)
+        self._gram = GramMatrix(bk.zeros((d, d)), backend=bk.small_work)
         self._spectral = 0.0
         self._cumulative = 0.0
         self._carried = bk.zeros((d, k))
@@ -390,7 +393,7 @@ class CertifiedHead:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
         stats = statistics_in(self.data, StatisticsRequest(self._W, hessian=True), self._bk)
         self._solver.replace(objective_hessian(stats, lam=self.config.lam))
-        self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
+        self._spectral = _spectral_upper_bound(self._gram.matrix())  # kept current
         self._W_ref = self._bk.copy(self._W)
         self._since_refresh = 0
 
@@ -533,7 +536,7 @@ class CertifiedHead:
                 if passes == 1:  # earlier removals' pairs only propose the first step
                     mixing = [*mixing, *self._pairs][: anderson.PAIRS]
                 W_hat, g_hat = anderson.mixed(heads[-1], gradients[-1], mixing, self._bk)
-                solved = self._solver.solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
+                solved = self._solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
                 W = W_hat - solved.step
                 gradient = self._gradient_exact(W)
                 exact = stacked_norm(self._norms(gradient))
@@ -561,7 +564,16 @@ class CertifiedHead:
         _HESSIAN_UPDATES[self.config.hessian_mode](self, delta, m)
         floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
         g = self._step_gradient(delta, m)
-        return self._solver.solve(g, floor=floor), g
+        return self._solve(g, floor=floor), g
+
+    def _solve(self, g: Array, *, floor: float, rtol: float | None = None) -> SolveResult:
+        """The solver's solve, its step an array of the head's backend.
+
+        The solver computes with ``small_work`` (numpy on the same memory when torch runs
+        on the CPU: ``backend.py``); the step comes back without a copy.
+        """
+        solved = self._solver.solve(g, floor=floor, rtol=rtol)
+        return dataclasses.replace(solved, step=self._bk.asarray(solved.step))
 
     def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
         """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
@@ -662,7 +674,7 @@ class CertifiedHead:
         columns = [step, gap, self._W] + ([self._carried] if carried else [])
         stacked = bk.concat(columns, axis=1)  # (d, 3K or 4K): one pass for every norm
         norms = bk.norms(stacked)
-        quadratic = self._gram.quadratic(stacked[:, : 2 * k])  # steps and gaps together
+        quadratic = bk.asarray(self._gram.quadratic(stacked[:, : 2 * k]))  # steps and gaps
         host = bk.to_numpy(bk.concat([norms, quadratic]))
         return _ColumnTerms(
             step_norms=host[:k],
@@ -794,14 +806,14 @@ def _moved(delta: DeletionStatistics, bk: Backend) -> DeletionStatistics:
     )
 
 
-def _spectral_upper_bound(gram: Array, bk: Backend) -> float:
+def _spectral_upper_bound(gram: Array) -> float:
     """``||X||_2 = sqrt(lambda_max(X^T X))``, with a relative safety margin.
 
     Rows are only ever removed, so ``X'^T X' <= X^T X`` and the value at the last (re)training
     or refresh stays a valid upper bound until the next one; power iteration would give a
     *lower* estimate, which a bound must not use.
     """
-    top = bk.top_eigenvalue(gram)
+    top = backend_of(gram).top_eigenvalue(gram)
     return float(np.sqrt(max(top, 0.0)) * (1.0 + 1e-9) + 1e-12)
 
 

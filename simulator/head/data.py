@@ -291,12 +291,16 @@ class LocalHeadData(HeadShape):
         (:class:`DeletionStatistics`).
         """
         bk = self.backend
+        work = bk.small_work  # numpy on the rows' memory where torch runs on the CPU
         idx = np.asarray(ids, dtype=np.int64)
-        on_device = bk.index(idx)  # one upload for both (a synchronising copy on a GPU)
-        Xr, Yr = bk.take_rows(self._Xb, on_device), bk.take_rows(self._Yb, on_device)
-        ar = bk.asarray(self._a[idx])
+        if work is bk:
+            on_device = bk.index(idx)  # one upload for both (a synchronising copy on a GPU)
+            Xr, Yr = bk.take_rows(self._Xb, on_device), bk.take_rows(self._Yb, on_device)
+        else:
+            Xr, Yr = self._X[idx], self._Y[idx]
+        ar = work.asarray(self._a[idx])
         removed = shard_statistics(Xr, Yr, ar, StatisticsRequest(W))
-        p = sigmoid(Yr * (Xr @ bk.asarray(W_ref)))
+        p = sigmoid(Yr * (Xr @ work.asarray(W_ref)))
         curvature = ar[:, None] * p * (1.0 - p)
         max_a = float(self._a[idx].max(initial=0.0))
         max_w = max(max_a, self.max_weight())
@@ -323,7 +327,8 @@ class LocalHeadData(HeadShape):
             l1 = float(np.abs(diff).sum())
             self._a[keep] = new
             max_w = max(max_w, float(new.max(initial=0.0)))
-        return DeletionStatistics(removed.gradient, Xr, curvature, reweighted, l1, max_w)
+        gradient, Xr, curvature = (bk.asarray(x) for x in (removed.gradient, Xr, curvature))
+        return DeletionStatistics(gradient, Xr, curvature, reweighted, l1, max_w)
 
 
 class Reweigher(Protocol):
