@@ -344,9 +344,7 @@ class CertifiedHead:
             gram = res.gram
         self._W = res.W
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
-        self._solver = HessianSolver(
-            res.hessian, backend=self._bk.small_work, factors=res.factors
-        )
+        self._solver = HessianSolver(res.hessian, backend=self._bk.small_work, factors=res.factors)
         self._gram = GramMatrix(gram, backend=self._bk.small_work)
         self._spectral = _spectral_upper_bound(gram)
         self._cumulative = stacked_norm(res.gradient_norms)
