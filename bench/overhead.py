@@ -4,16 +4,20 @@ Workload: a small synthetic head where flops are nothing (n = 20,000 rows on the
 d = 64, K = 10 one-vs-rest columns, sigma 10, eps 1, delta 1e-4, lam 1e-3, uniform weights,
 ``report_exact`` off): what a single removal costs here is Python, kernel launches and
 device-to-host transfers, the part of a removal that a GPU does not speed up. Per backend
-(numpy; torch on the CPU, whose code path is the GPU's) and accounting: the median and mean
-seconds of ``--removals`` single removals (a removal that retrains is left out and
-counted), and the
-device-to-host transfers per removal (torch only, on a head that takes the GPU's code path:
+(numpy; torch on the CPU) and accounting: the median and mean seconds of ``--removals`` single
+removals (a removal that retrains is left out and counted), and the device-to-host transfers
+per removal (torch only, on a head that takes the GPU's code path:
 ``tests/support/transfers.py``).
+
+torch on the CPU computes the head's small arrays with numpy on the same memory
+(``Backend.small_work``); ``--gpu-path`` times torch's own arrays throughout instead
+(``UNLEARNSIM_TORCH_GPU_PATH=1``), the calls a GPU dispatches. Trees before that variable
+existed (7c4b210) had no numpy shortcut, so their torch row is the GPU's path either way.
 
 Run it on two source trees to compare before and after a change, e.g.
 ``PYTHONPATH=/path/to/old/tree python bench/overhead.py --out /tmp/before.json``.
 
-Usage: ``python bench/overhead.py [--removals 400] [--out bench/results/overhead.json]``
+Usage: ``python bench/overhead.py [--removals 400] [--gpu-path] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def transfers_per_removal(accounting: str, ids: np.ndarray) -> float | None:
         from support.transfers import TransferCounter
     except ImportError:  # an older tree without the counter
         return None
+    previous = os.environ.get(GPU_PATH_VARIABLE)
     os.environ[GPU_PATH_VARIABLE] = "1"
     counts = []
     try:
@@ -75,7 +80,10 @@ def transfers_per_removal(accounting: str, ids: np.ndarray) -> float | None:
             if not report.retrained:  # a retrain's Newton iterations read back by design
                 counts.append(counter.count)
     finally:
-        del os.environ[GPU_PATH_VARIABLE]
+        if previous is None:
+            del os.environ[GPU_PATH_VARIABLE]
+        else:
+            os.environ[GPU_PATH_VARIABLE] = previous
     return float(np.mean(counts)) if counts else None
 
 
@@ -113,7 +121,15 @@ def main() -> None:
     p.add_argument("--removals", type=int, default=400)
     p.add_argument("--accounting", nargs="+", default=["anchored", "guo"])
     p.add_argument("--out", type=Path, default=Path("bench/results/overhead.json"))
+    p.add_argument(
+        "--gpu-path",
+        action="store_true",
+        help="time torch on the GPU's code path (UNLEARNSIM_TORCH_GPU_PATH=1: torch's arrays "
+        "throughout, no numpy on the CPU), the part of a removal that a GPU pays per call",
+    )
     args = p.parse_args()
+    if args.gpu_path:
+        os.environ[GPU_PATH_VARIABLE] = "1"
     console = Console()
     load = os.getloadavg()
     rows = [measure(b, a, args.removals) for b in ("numpy", "torch") for a in args.accounting]
@@ -131,6 +147,7 @@ def main() -> None:
                             text=True, check=False).stdout.strip()  # fmt: skip
     body = {
         "workload": {"n": N, "d": D, "k": K, "sigma": 10.0, "report_exact": False},
+        "torch_code_path": "gpu" if args.gpu_path else "cpu",
         "rows": rows,
         "commit": commit,
         "torch": torch.__version__,

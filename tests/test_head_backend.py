@@ -25,12 +25,17 @@ torch = pytest.importorskip("torch")
 def test_torch_cpu_head_matches_numpy(
     accounting: str, gpu_path: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On the GPU's code path the torch head's arrays are tensors; on the CPU's it computes
+    with numpy on the torch rows' memory (``Backend.small_work``). Either way every report,
+    head and retrain matches the numpy head's."""
     if gpu_path:  # torch without its numpy fast paths: what a GPU runs
         monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
         same_algorithm(monkeypatch)
     ref, other = twin_heads("torch", **parity_settings(accounting))
-    assert isinstance(other._bk, TorchBackend) and isinstance(ref._bk, NumpyBackend)
-    assert isinstance(other._W, torch.Tensor)
+    assert isinstance(ref._bk, NumpyBackend)
+    assert isinstance(other.data.backend, TorchBackend)
+    assert isinstance(other._bk, TorchBackend if gpu_path else NumpyBackend)
+    assert isinstance(other._W, torch.Tensor) == gpu_path
     retrains, corrections = run_stream(ref, other)
     assert retrains >= 1  # the budget forces (warm) retrains on both
     if accounting in ("anchored", "exact"):  # and correction steps, measured alike
@@ -46,12 +51,18 @@ def test_gpu_path_folds_cheap_batches_and_decides_as_numpy(
     folds_and_decides_alike(*twin_heads("torch", **parity_settings("anchored")))
 
 
-def test_torch_cpu_head_matches_numpy_with_reweighting() -> None:
+def test_torch_cpu_head_matches_numpy_with_reweighting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch code (the GPU's path) with re-weighting, against numpy."""
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+    same_algorithm(monkeypatch)
     ref, other = twin_heads("torch", reweigh=True, sigma=0.5, lam=1e-2)
     run_stream(ref, other)
 
 
-def test_torch_cold_retrain_and_rebuild_path_match_numpy() -> None:
+def test_torch_cold_retrain_and_rebuild_path_match_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch code (the GPU's path) with cold retrains and rebuilt Hessians."""
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+    same_algorithm(monkeypatch)
     ref, other = twin_heads("torch", retrain="cold", hessian_mode="rebuild", sigma=0.5, lam=1e-2)
     run_stream(ref, other)
 

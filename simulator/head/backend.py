@@ -121,7 +121,7 @@ class NumpyBackend:
 
     @property
     def small_work(self) -> NumpyBackend:
-        """The backend the head's solver computes with: this one."""
+        """The backend for small arrays (``TorchBackend.small_work``): this one."""
         return self
 
     def asarray(self, x: Array) -> Array:
@@ -320,14 +320,16 @@ class TorchBackend:
 
     @property
     def small_work(self) -> Backend:
-        """The backend the head's solver computes with (``solver.HessianSolver``).
+        """The backend for small arrays: the head's own and a deletion's few rows.
 
-        On the CPU numpy, on the same memory: the solver's work per removal is a hundred or
-        so operations on (K, d, r) arrays, and each costs torch 5-10 us of dispatch against
-        numpy's 1-2 (the solve took 0.75-0.97 ms of a 1.4-1.8 ms single removal at d = 64,
-        K = 10 with torch, 0.36-0.41 ms with numpy: ``bench/overhead.py``, issue 27). On a GPU,
-        and with ``UNLEARNSIM_TORCH_GPU_PATH=1``, this backend: the solver's arrays stay on
-        the device.
+        The head's arrays are ``W``, its gradients, the solver's and the Gram matrix's. On
+        the CPU numpy, on the same memory (no copy either way): a single removal is a few
+        hundred operations on (d, K) and (K, d, r) arrays, and each costs torch 5-10 us of
+        dispatch against numpy's 1-2. At d = 64, K = 10 a single removal took 1.9-2.2 ms with
+        torch's arrays and 0.8-1.1 ms with numpy's (``bench/overhead.py``, issue 27); the
+        rows' passes went through numpy already (:meth:`transposed_product`,
+        :meth:`weighted_grams`). On a GPU, and with ``UNLEARNSIM_TORCH_GPU_PATH=1``, this
+        backend: everything stays on the device.
         """
         return NUMPY if self._numpy_fast_paths else self
 

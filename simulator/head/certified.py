@@ -181,7 +181,8 @@ class CertifiedHead:
     def __init__(self, data: HeadData, config: HeadConfig, *, rng: np.random.Generator) -> None:
         self.data = data
         self.config = config
-        self._bk: Backend = make_backend(config.device, config.backend)
+        # on the CPU torch's small arrays are numpy's on the same memory (Backend.small_work)
+        self._bk: Backend = make_backend(config.device, config.backend).small_work
         self._rng = rng
         self.model_version = 0
         self.retrains = 0
@@ -328,12 +329,12 @@ class CertifiedHead:
         cfg = self.config
         res: TrainResult
         if reason != "initial" and cfg.retrain == "warm" and self._warm_start_ok:
-            solver, bk = self._solver, self._bk
+            solver = self._solver
             res = retrain_head(
                 self.data,
                 self._b,
                 lam=cfg.lam,
-                start=WarmStart(self._W, lambda g: bk.asarray(solver.solve(g).step)),
+                start=WarmStart(self._W, lambda g: solver.solve(g).step),
                 settings=WarmRetrainConfig(tol=cfg.tol),
                 backend=self._bk,
             )
@@ -344,8 +345,8 @@ class CertifiedHead:
             gram = res.gram
         self._W = res.W
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
-        self._solver = HessianSolver(res.hessian, backend=self._bk.small_work, factors=res.factors)
-        self._gram = GramMatrix(gram, backend=self._bk.small_work)
+        self._solver = HessianSolver(res.hessian, backend=self._bk, factors=res.factors)
+        self._gram = GramMatrix(gram, backend=self._bk)
         self._spectral = _spectral_upper_bound(gram)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
@@ -365,8 +366,8 @@ class CertifiedHead:
         self._W = bk.zeros((d, k))
         self._W_ref = bk.zeros((d, k))
         identities = bk.zeros((k, d, d)) + bk.eye(d)[None, :, :]
-        self._solver = HessianSolver(identities, backend=bk.small_work)
-        self._gram = GramMatrix(bk.zeros((d, d)), backend=bk.small_work)
+        self._solver = HessianSolver(identities, backend=bk)
+        self._gram = GramMatrix(bk.zeros((d, d)), backend=bk)
         self._spectral = 0.0
         self._cumulative = 0.0
         self._carried = bk.zeros((d, k))
@@ -534,7 +535,7 @@ class CertifiedHead:
                 if passes == 1:  # earlier removals' pairs only propose the first step
                     mixing = [*mixing, *self._pairs][: anderson.PAIRS]
                 W_hat, g_hat = anderson.mixed(heads[-1], gradients[-1], mixing, self._bk)
-                solved = self._solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
+                solved = self._solver.solve(g_hat, floor=floor, rtol=CORRECTION_RTOL)
                 W = W_hat - solved.step
                 gradient = self._gradient_exact(W)
                 exact = stacked_norm(self._norms(gradient))
@@ -562,16 +563,7 @@ class CertifiedHead:
         _HESSIAN_UPDATES[self.config.hessian_mode](self, delta, m)
         floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
         g = self._step_gradient(delta, m)
-        return self._solve(g, floor=floor), g
-
-    def _solve(self, g: Array, *, floor: float, rtol: float | None = None) -> SolveResult:
-        """The solver's solve, its step an array of the head's backend.
-
-        The solver computes with ``small_work`` (numpy on the same memory when torch runs
-        on the CPU: ``backend.py``); the step comes back without a copy.
-        """
-        solved = self._solver.solve(g, floor=floor, rtol=rtol)
-        return dataclasses.replace(solved, step=self._bk.asarray(solved.step))
+        return self._solver.solve(g, floor=floor), g
 
     def _step_gradient(self, delta: DeletionStatistics, m: int) -> Array:
         """``g = carried - removed.gradient - lam m W + reweighted.gradient`` (module docstring).
@@ -672,7 +664,7 @@ class CertifiedHead:
         columns = [step, gap, self._W] + ([self._carried] if carried else [])
         stacked = bk.concat(columns, axis=1)  # (d, 3K or 4K): one pass for every norm
         norms = bk.norms(stacked)
-        quadratic = bk.asarray(self._gram.quadratic(stacked[:, : 2 * k]))  # steps and gaps
+        quadratic = self._gram.quadratic(stacked[:, : 2 * k])  # steps and gaps together
         host = bk.to_numpy(bk.concat([norms, quadratic]))
         return _ColumnTerms(
             step_norms=host[:k],
