@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from simulator.errors import InputError, UnknownSampleError
 from simulator.head import anderson
 from simulator.head.accounting import RULES, Charge, anchor
-from simulator.head.backend import Array, Backend, backend_of, make_backend
+from simulator.head.backend import Array, Backend, make_backend
 from simulator.head.certificate import (
     GAMMA_LOGISTIC_TIGHT,
     StepResiduals,
@@ -75,7 +75,7 @@ from simulator.threads import all_blas_threads, single_threaded_blas
 FloatArray = NDArray[np.float64]
 #: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
 SMALL_BATCH = 64
-#: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``).
+#: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``; 3: ``pairs``).
 STATE_VERSION = 3
 #: Correction steps bring a measured residual below this share of the budget, leaving the rest
 #: for the cheap steps that follow before the next anchor (:meth:`CertifiedHead._correct`).
@@ -130,7 +130,9 @@ class _Release:
 
     Its weights ``W``, their exact gradient on the retained rows (None: not measured, or a
     diagnostic that must not steer the decision), the step's residuals (``exact``: the
-    residual of ``W``) and the correction passes made.
+    residual of ``W``) and the correction passes made; the old head and its exact gradient
+    under the new objective where known (``start``), and the secant pairs the corrections
+    measured (``pairs``, newest first), both for the mixing (:meth:`CertifiedHead._correct`).
     """
 
     W: Array
@@ -347,7 +349,7 @@ class CertifiedHead:
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
         self._solver = HessianSolver(res.hessian, backend=self._bk, factors=res.factors)
         self._gram = GramMatrix(gram, backend=self._bk)
-        self._spectral = _spectral_upper_bound(gram)
+        self._spectral = _spectral_upper_bound(gram, self._bk)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
         self._anchor_fresh = True
@@ -392,7 +394,7 @@ class CertifiedHead:
         """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
         stats = statistics_in(self.data, StatisticsRequest(self._W, hessian=True), self._bk)
         self._solver.replace(objective_hessian(stats, lam=self.config.lam))
-        self._spectral = _spectral_upper_bound(self._gram.matrix())  # kept current
+        self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
         self._W_ref = self._bk.copy(self._W)
         self._since_refresh = 0
 
@@ -796,14 +798,14 @@ def _moved(delta: DeletionStatistics, bk: Backend) -> DeletionStatistics:
     )
 
 
-def _spectral_upper_bound(gram: Array) -> float:
+def _spectral_upper_bound(gram: Array, bk: Backend) -> float:
     """``||X||_2 = sqrt(lambda_max(X^T X))``, with a relative safety margin.
 
     Rows are only ever removed, so ``X'^T X' <= X^T X`` and the value at the last (re)training
     or refresh stays a valid upper bound until the next one; power iteration would give a
     *lower* estimate, which a bound must not use.
     """
-    top = backend_of(gram).top_eigenvalue(gram)
+    top = bk.top_eigenvalue(gram)
     return float(np.sqrt(max(top, 0.0)) * (1.0 + 1e-9) + 1e-12)
 
 

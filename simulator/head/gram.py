@@ -69,8 +69,7 @@ class GramMatrix:
         self._rows = self._bk.zeros((0, self._base.shape[0]))
 
     def quadratic(self, U: Array) -> Array:
-        """``u_k^T G u_k`` for every column ``u_k`` of U (d x K), an array of this backend."""
-        U = self._bk.asarray(U)
+        """``u_k^T G u_k`` for every column ``u_k`` of U (d x K)."""
         out = (U * (self._base @ U)).sum(0)
         if self._rows.shape[0]:
             RU = self._rows @ U
