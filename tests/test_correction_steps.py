@@ -241,3 +241,6 @@ def test_secant_pairs_are_part_of_the_head_state(monkeypatch: pytest.MonkeyPatch
     del old["pairs"]
     clone.load_state_dict(old)
     assert clone._pairs == ()
+    del twin.__dict__["_pairs"]  # a head pickled before the pairs existed (a federation cache)
+    older = pickle.loads(pickle.dumps(twin))
+    assert older._pairs == () and older.remove(np.flatnonzero(y == 2)[:150].tolist()).corrections

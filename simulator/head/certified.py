@@ -176,7 +176,8 @@ class CertifiedHead:
     _W_ref: Array
     _b: Array
     _carried: Array
-    _pairs: tuple[anderson.Pair, ...]
+    #: a class default too: a head pickled before the pairs existed loads without them
+    _pairs: tuple[anderson.Pair, ...] = ()
     _solver: HessianSolver
     _gram: GramMatrix
 
