@@ -94,6 +94,25 @@ def test_every_nth_batch_is_a_snapshot(initial: Federation, tmp_path: Path) -> N
     assert journal.read(tmp_path / journal.NAME, "any") == []
 
 
+def test_keeping_the_records_from_an_offset_copies_them_and_drops_a_torn_tail(
+    initial: Federation, tmp_path: Path
+) -> None:
+    """``keep_from`` (a background snapshot on disk): the whole records from the offset, byte
+    for byte, and nothing of a record cut short after them."""
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        consume(fed, store, 4)
+    path = tmp_path / journal.NAME
+    records = journal.read(path, _token(path))
+    first = len(records[0].to_bytes())
+    path.write_bytes(path.read_bytes() + records[0].to_bytes()[:-3])  # a torn append
+    journal.keep_from(path, first, fsync=False)
+    assert path.read_bytes() == b"".join(r.to_bytes() for r in records[1:])
+    assert journal.read(path, _token(path)) == records[1:]
+    journal.keep_from(path, journal.size(path), fsync=False)
+    assert path.read_bytes() == b"" and journal.size(path) == 0
+
+
 def test_a_journal_cut_short_restores_the_last_complete_batch(
     initial: Federation, tmp_path: Path
 ) -> None:
@@ -207,8 +226,10 @@ def test_a_background_snapshot_restores_the_same_head_at_any_moment(
         assert store.written.wait(60)
         after_rename = crash_copy(live, tmp_path / "after")  # the journal not yet rewritten
         state, more = consume(fed, store, 1, state)  # finds the snapshot on disk: rewrites
-        assert len(journal.read(live / journal.NAME, store._token)) == 2  # batches 5 and 6
-        assert len(journal.read(live / journal.NAME, "any")) == 0
+        kept = journal.read(live / journal.NAME, store._token)
+        assert [r.batch for r in kept] == [5, 6]
+        # the file holds them alone, as written: the records before the snapshot are gone
+        assert (live / journal.NAME).read_bytes() == b"".join(r.to_bytes() for r in kept)
     for folder, last in ((before_rename, prints[4]), (after_rename, prints[4]), (live, more[0])):
         back, loaded = restored(initial, folder)
         assert loaded is not None and federation_fingerprint(back) == last, folder.name

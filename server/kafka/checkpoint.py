@@ -430,6 +430,7 @@ class CheckpointStore:
         """Take the state after the batch just journaled; a thread writes it (module doc)."""
         token = secrets.token_hex(16)
         writer = _SnapshotWriter(token, state.batch, self._payload(token, state, host=False))
+        writer.journal_end = journal.size(self.journal_path)  # later records follow it
         writer.thread = threading.Thread(
             target=self._write_snapshot, args=(writer,), name="checkpoint-snapshot"
         )
@@ -460,8 +461,8 @@ class CheckpointStore:
                 f"({writer.error}); the journal still holds every batch"
             ) from writer.error
         self._token = writer.token
-        records = journal.read(self.journal_path, writer.token)
-        journal.rewrite(self.journal_path, records, fsync=self.fsync)
+        # the records appended since it started, and only they, follow it (``also``)
+        journal.keep_from(self.journal_path, writer.journal_end, fsync=self.fsync)
         self._drop_legacy()
 
     def _drop_legacy(self) -> None:
@@ -620,6 +621,8 @@ class _SnapshotWriter:
     payload: dict[str, Any]
     thread: threading.Thread = field(default_factory=threading.Thread)
     error: BaseException | None = None
+    #: the journal's size when the snapshot was taken: the records after it follow it
+    journal_end: int = 0
 
     def write(self, path: Path, fsync: bool) -> None:
         try:

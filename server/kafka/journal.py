@@ -21,7 +21,7 @@ replayed on top of it. While a newer snapshot is being written in the background
 (:class:`~server.kafka.checkpoint.CheckpointStore`), a record names that one too (``also``): it
 follows both, since the newer snapshot holds the state after the records of the older one.
 Once that snapshot is on disk the journal is rewritten with the records that follow it
-(:func:`rewrite`).
+(:func:`keep_from`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,32 +119,55 @@ def read(path: Path, snapshot: str) -> list[JournalRecord]:
     if not path.exists():
         return []
     data = path.read_bytes()
-    out: list[JournalRecord] = []
-    pos = 0
+    records = (JournalRecord.from_payload(data[s:e]) for _, s, e in _frames(data))
+    return [record for record in records if record.follows(snapshot)]
+
+
+def _frames(data: bytes, start: int = 0) -> Iterator[tuple[int, int, int]]:
+    """``(record start, payload start, payload end)`` of each whole record from ``start``.
+
+    Stops at the first record cut short or whose digest does not match.
+    """
+    pos = start
     while pos + _HEADER.size <= len(data):
         size, digest = _HEADER.unpack_from(data, pos)
-        start, end = pos + _HEADER.size, pos + _HEADER.size + size
+        begin, end = pos + _HEADER.size, pos + _HEADER.size + size
         if size > MAX_RECORD_BYTES or end > len(data):
-            break
-        payload = data[start:end]
-        if hashlib.sha256(payload).digest() != digest:
-            break
-        record = JournalRecord.from_payload(payload)
-        if record.follows(snapshot):
-            out.append(record)
+            return
+        if hashlib.sha256(data[begin:end]).digest() != digest:
+            return
+        yield pos, begin, end
         pos = end
-    return out
 
 
-def rewrite(path: Path, records: list[JournalRecord], *, fsync: bool) -> None:
-    """Replace the journal by ``records`` atomically (a new file, then a rename).
+def size(path: Path) -> int:
+    """Bytes in the journal at ``path`` (0 when there is none): where the next record goes."""
+    return path.stat().st_size if path.exists() else 0
+
+
+def keep_from(path: Path, offset: int, *, fsync: bool) -> None:
+    """Replace the journal by its whole records from byte ``offset`` on, atomically.
+
+    For a caller that knows where the records that follow a new snapshot begin (the journal's
+    :func:`size` when the snapshot was taken): they are copied as they are, no JSON decoded or
+    encoded again (decoding ten batches' records to drop them took 70-90 ms on the consumer's
+    thread). A record cut short or with a wrong digest ends what is kept, as in :func:`read`.
+    """
+    data = path.read_bytes() if path.exists() else b""
+    frames = list(_frames(data, offset))
+    kept = data[offset : frames[-1][2]] if frames else b""
+    _replace(path, kept, fsync=fsync)
+
+
+def _replace(path: Path, data: bytes, *, fsync: bool) -> None:
+    """Replace the journal at ``path`` by ``data`` atomically (a new file, then a rename).
 
     With ``fsync`` the folder is synced after the rename: records appended later go to the new
     file, which a crash must not swap back for the old one.
     """
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
-        f.write(b"".join(r.to_bytes() for r in records))
+        f.write(data)
         f.flush()
         if fsync:
             os.fsync(f.fileno())
