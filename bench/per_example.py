@@ -122,8 +122,11 @@ def main() -> None:
     console.print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Each setting's bounds as a strip of points, the certified epsilon marked."""
+def plot(rows: list[dict[str, Any]], path: Path, labels: list[str] | None = None) -> None:
+    """Each setting's bounds as a strip of points, the certified epsilon marked.
+
+    ``labels``: one tick label per row (default: its sigma and mechanism); red where the
+    mechanism certifies nothing."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,12 +136,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     for i, r in enumerate(rows):
         values = np.asarray(r["epsilon_lower"])
         jitter = np.linspace(-0.2, 0.2, values.size)
-        color = "tab:blue" if r["mechanism"] == "certified removal" else "tab:red"
+        color = "tab:red" if r["certified_epsilon"] is None else "tab:blue"
         ax.scatter(i + jitter, values, s=10, color=color)
         if r["certified_epsilon"] is not None:
             ax.hlines(r["certified_epsilon"], i - 0.3, i + 0.3, color="black")
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"sigma {r['sigma']:g}\n{r['mechanism']}" for r in rows], fontsize=7)
+    labels = labels or [f"sigma {r['sigma']:g}\n{r['mechanism']}" for r in rows]
+    ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("epsilon lower bound (95%)")
     ax.set_title("per removed row; black: the certified epsilon")
     fig.tight_layout()

@@ -508,6 +508,31 @@ def client_owner(shards: list[IntArray]) -> dict[int, int]:
     return {int(i): c for c, rows in enumerate(shards) for i in rows}
 
 
+def extractor_stage(
+    scenario: Scenario,
+    ds: Dataset,
+    shards: list[IntArray],
+    public: IntArray,
+    clients_round: LocalRound,
+) -> tuple[NDArray[Any], LocalRound]:
+    """The RFF bandwidth's pool and the FedAvg round that train the extractor.
+
+    By ``model.extractor_data``. ``public``: the public pool trains as the only FedAvg
+    "client" (it never leaves the server). ``dp``: the clients' round (``clients_round``,
+    DP-SGD), the bandwidth fitted on rows no client holds (a client's row, read without noise,
+    would leave the accountants' guarantee). ``private``: the clients' round, the bandwidth on
+    their rows.
+    """
+    provenance = scenario.model.extractor_data
+    if provenance == "public":
+        pool = ds.x_train[public]
+        device = resolve_device(scenario.device)
+        return pool, in_process_round(scenario, ds, [(pool, ds.y_train[public])], device=device)
+    if provenance == "dp":
+        return ds.x_test, clients_round
+    return ds.x_train[np.concatenate(shards)], clients_round
+
+
 def load_dataset(scenario: Scenario) -> Dataset:
     """Load the scenario's source and check class ids against it.
 
@@ -602,19 +627,7 @@ def build_federation(
         accountants = getattr(transport, "accountants", None) or ClientAccountants()
     if transport is None:
         transport = InProcessTransport(scenario, ds, shards, device=device, accountants=accountants)
-    local_round: LocalRound
-    if provenance == "public":
-        # the public pool never leaves the server: it trains as the only FedAvg "client"
-        pool = ds.x_train[public]
-        local_round = in_process_round(scenario, ds, [(pool, ds.y_train[public])], device=device)
-    elif provenance == "dp":
-        # the median bandwidth is fitted on rows no client holds (a client's row, read
-        # without noise, would leave the accountants' guarantee)
-        pool = ds.x_test
-        local_round = transport.local_round
-    else:
-        pool = ds.x_train[np.concatenate(shards)]
-        local_round = transport.local_round
+    pool, local_round = extractor_stage(scenario, ds, shards, public, transport.local_round)
     told("training the extractor")
     featurizer = train_featurizer(
         scenario, ds, pool, local_round=local_round, device=device, progress=extractor_progress
