@@ -14,41 +14,73 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, InputError
 from simulator.federation import FederatedClient
 from simulator.models import LocalUpdate, resolve_device
 from simulator.models.dp_fedavg import ClientAccountants
+from simulator.runner.extractor_refit import generation_scenario
 from simulator.runner.featurize import build_extractor, client_update, featurizer_from_arrays
 from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.shards import make_client, shard_digest
 from simulator.scenario import Scenario, parse_scenario
 
 
-def _shard(text: str, client_id: int) -> tuple[Scenario, Any, NDArray[np.int64]]:
+def _shard(
+    text: str, client_id: int, retained: NDArray[np.int64] | None = None
+) -> tuple[Scenario, Any, NDArray[np.int64]]:
+    """The scenario, the dataset and this client's rows: its shard, or ``retained`` of it.
+
+    ``retained``: the rows the server says this client still holds (a whole-model retrain at
+    the extractor's limit, :mod:`simulator.runner.extractor_limit`), in the server's order.
+
+    Raises
+    ------
+    ConfigError
+        The partition is not one of the scenario's clients.
+    InputError
+        ``retained`` names a row outside this client's shard.
+    """
     scenario = parse_scenario(text, source="<scenario from the server>")
     n = scenario.partition.num_clients
     if not 0 <= client_id < n:
         raise ConfigError(f"partition {client_id} is outside the scenario's {n} clients")
     dataset = load_dataset(scenario)
     shards, _ = split_clients(scenario, dataset)
-    return scenario, dataset, shards[client_id]
+    rows = shards[client_id]
+    if retained is None:
+        return scenario, dataset, rows
+    retained = np.asarray(retained, dtype=np.int64)
+    foreign = retained[~np.isin(retained, rows)]
+    if foreign.size:
+        raise InputError(
+            f"client {client_id} was asked to keep {foreign.size} row(s) outside its shard "
+            f"(e.g. row {int(foreign[0])})"
+        )
+    return scenario, dataset, retained
 
 
-def local_update(
+def local_update(  # noqa: PLR0913 (the train message's fields, the last two optional)
     text: str,
     client_id: int,
     round_index: int,
     global_arrays: dict[str, NDArray[Any]],
     accountants: ClientAccountants | None = None,
+    retained: NDArray[np.int64] | None = None,
+    generation: int = 0,
 ) -> LocalUpdate | None:
     """The FedAvg update of this client in ``round_index``, or None if it holds no rows.
 
     ``accountants`` (``extractor_data: dp``) holds this client's accountant, restored from the
-    history the server sent; its DP-SGD steps are recorded in it.
+    history the server sent; its DP-SGD steps are recorded in it. ``retained`` and
+    ``generation`` (a whole-model retrain at the extractor's limit): train on these rows of
+    the shard only (:func:`_shard`), under the extractor generation's seeds
+    (:func:`~simulator.runner.extractor_refit.generation_scenario`), as the in-process
+    transport does.
     """
-    scenario, dataset, rows = _shard(text, client_id)
+    scenario, dataset, rows = _shard(text, client_id, retained)
     if rows.size == 0:
         return None
+    scenario = generation_scenario(scenario, generation)  # its shard is the scenario's own
     return client_update(
         scenario,
         build_extractor(scenario, dataset),
@@ -67,9 +99,13 @@ def build_client(
     client_id: int,
     extractor: dict[str, NDArray[Any]],
     rff: dict[str, NDArray[Any]],
+    retained: NDArray[np.int64] | None = None,
 ) -> tuple[FederatedClient, str]:
-    """The client's head rows and weights, and the fingerprint of its shard's ids."""
-    scenario, dataset, rows = _shard(text, client_id)
+    """The client's head rows and weights, and the fingerprint of its rows' ids.
+
+    ``retained``: hold these rows of the shard only (:func:`_shard`).
+    """
+    scenario, dataset, rows = _shard(text, client_id, retained)
     featurizer = featurizer_from_arrays(
         scenario,
         dataset,

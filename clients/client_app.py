@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
+from numpy.typing import NDArray
 
 from clients import protocol as rec
 from clients.state import load_client, partition_id, save_client
@@ -60,12 +61,15 @@ def train(msg: Message, context: Context) -> Message:
     accountants = None
     if "dp-history" in cfg:  # extractor_data dp: this client's accountant, kept by the server
         accountants = ClientAccountants({client: history_from_json(str(cfg["dp-history"]))})
+    arrays = rec.arrays_of(msg.content)
     update = local_update(
         str(cfg["scenario"]),
         client,
         rec.get_int(cfg, "round"),
-        rec.arrays_of(msg.content)[rec.MODEL],
+        arrays[rec.MODEL],
         accountants,
+        _retained(arrays),
+        int(rec.get_number(cfg, "generation", 0)),
     )
     if update is None:
         return Message(rec.content({"num-examples": 0, "loss": 0.0}), reply_to=msg)
@@ -83,7 +87,11 @@ def setup(msg: Message, context: Context) -> Message:
     arrays = rec.arrays_of(msg.content)
     cfg = rec.config_of(msg.content)
     client, digest = build_client(
-        str(cfg["scenario"]), partition_id(context), arrays[rec.MODEL], arrays[rec.RFF]
+        str(cfg["scenario"]),
+        partition_id(context),
+        arrays[rec.MODEL],
+        arrays[rec.RFF],
+        _retained(arrays),
     )
     save_client(context, client)
     reply = {"rows": int(client.sample_ids.size), "digest": digest, **_status(client)}
@@ -94,6 +102,16 @@ def setup(msg: Message, context: Context) -> Message:
     if bool(cfg.get("weights", False)):
         out[rec.ROW_WEIGHTS] = {"weights": client.data.weights}
     return Message(rec.content(reply, out), reply_to=msg)
+
+
+def _retained(arrays: dict[str, dict[str, NDArray[Any]]]) -> NDArray[np.int64] | None:
+    """The rows the server says this client still holds, or None (its whole shard).
+
+    Sent with ``train`` and ``train.setup`` of a whole-model retrain at the extractor's limit.
+    """
+    if rec.RETAINED not in arrays:
+        return None
+    return np.asarray(arrays[rec.RETAINED]["ids"], dtype=np.int64)
 
 
 @app.query("gradhess")

@@ -58,6 +58,7 @@ MODEL = "model"  # FedAvg extractor weights (both directions)
 HEAD = "head"  # W, W_ref, hessian_at
 RFF = "rff"  # omega, phase
 IDS = "ids"  # sample ids to delete
+RETAINED = "retained"  # the rows a client keeps after a whole-model retrain (train, setup)
 RESULT = "result"  # arrays of an answer
 ROW_WEIGHTS = "weights"  # a client's row weights (query.weights, train.unlearn)
 

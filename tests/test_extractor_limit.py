@@ -10,7 +10,8 @@ group charge would pass the limit (``simulator.runner.extractor_limit``).
   (bit for bit), with fresh accountants; the clients' head rows and the head follow it; a
   saved state replays it;
 * the Kafka stream gives the same receipts, retrains and Prometheus counter;
-* the key is refused where it cannot be honoured (not dp, a Flower transport).
+* a Flower transport retrains as the in-process one does (the clients are sent the rows
+  they keep); the key is refused where it cannot be honoured (not dp).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 from rich.console import Console
+from support.flower_loopback import LoopbackGrid
 from support.scenarios import TEN_CLIENTS, scenario
 
 from simulator.errors import ConfigError
@@ -184,24 +186,43 @@ def run_ids(run: RunState, fed) -> set[str]:  # type: ignore[no-untyped-def]
 def test_the_limit_is_refused_where_it_cannot_be_honoured() -> None:
     with pytest.raises(ConfigError, match="only extractor_data 'dp'"):
         scenario(TEN_CLIENTS, "model.dp.extractor_epsilon_limit=3")
-    for transport in ("flower-sim", "flower-deploy"):
-        with pytest.raises(ConfigError, match="in-process transport only"):
-            scenario(DP, "model.dp.extractor_epsilon_limit=3", f"transport={transport}")
     with pytest.raises(ConfigError):
         scenario(DP, "model.dp.extractor_epsilon_limit=0")
     assert scenario(DP, "model.dp.extractor_epsilon_limit=3").model.dp.extractor_epsilon_limit == 3
 
 
-class _Flower:
-    """A transport the build refuses the limit for (the Flower ServerApp passes its own)."""
+def test_a_flower_transport_retrains_the_whole_model_as_the_in_process_one(
+    tmp_path: Path, epsilon_x: float
+) -> None:
+    """flower-sim (the real ClientApp over an in-process grid): the clients train the new
+    extractor on the retained rows the server sends, under the generation's seeds, and keep
+    only those rows at their setup; head, receipts and retrains are the in-process run's, bit
+    for bit."""
+    from clients import protocol as rec
+    from server.flower.settings import FleetSettings
+    from server.server_app import run_on_grid
 
-    name = "flower-sim"
-    accountants = ClientAccountants()
-
-
-def test_a_flower_transport_refuses_the_limit(epsilon_x: float) -> None:
-    with pytest.raises(ConfigError, match="cannot retrain the extractor mid-stream"):
-        build_federation(limited(epsilon_x), transport=_Flower())  # type: ignore[arg-type]
+    sc = limited(epsilon_x)
+    ours, theirs = tmp_path / "inprocess", tmp_path / "flower"
+    run_scenario(sc, ReportingConfig(progress=False, plots=False), output_dir=ours)
+    grid = LoopbackGrid(sc.partition.num_clients, keep=True)
+    settings = FleetSettings(timeout=5.0, train_timeout=30.0, retries=1, poll_interval=0.001)
+    flower = sc.model_copy(update={"transport": "flower-sim"})
+    run_on_grid(
+        grid, flower, settings, output_dir=theirs, transport="flower-sim",
+        console=Console(quiet=True), plots=False,
+    )  # fmt: skip
+    a, b = np.load(ours / "head.npz"), np.load(theirs / "head.npz")
+    np.testing.assert_array_equal(a["W"], b["W"])
+    assert (ours / "receipts.jsonl").read_text() == (theirs / "receipts.jsonl").read_text()
+    end = json.loads((theirs / "metrics.json").read_text())
+    assert end["retrains_extractor_limit"] >= 2
+    assert end == json.loads((ours / "metrics.json").read_text()) | {
+        k: end[k] for k in end if "seconds" in k or k in ("transport",)
+    }
+    # the retrains' messages carried the rows each client keeps
+    retained = [m for m in grid.received if rec.RETAINED in rec.arrays_of(m.content)]
+    assert {m.metadata.message_type for m in retained} == {rec.TRAIN, rec.SETUP}
 
 
 @pytest.mark.integration

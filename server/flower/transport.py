@@ -29,6 +29,7 @@ from simulator.head.backend import NUMPY
 from simulator.models import LocalUpdate, StateArrays, state_to_arrays
 from simulator.models.dp_fedavg import ClientAccountants, history_from_json, history_to_json
 from simulator.models.featurizer import Featurizer
+from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
 from simulator.runner.shards import shard_digest
 from simulator.runner.transport import RunnerClient
@@ -93,13 +94,38 @@ class FlowerTransport:
     # ------------------------------------------------------------ FedAvg
     def local_round(self, round_index: int, global_arrays: StateArrays) -> Sequence[LocalUpdate]:
         """One FedAvg local round on every client, from the global model ``global_arrays``."""
+        return self._fedavg_round(round_index, global_arrays)
+
+    def generation_round(self, generation: int, trained_on: Mapping[int, IntArray]) -> LocalRound:
+        """FedAvg rounds of a whole-model retrain (:mod:`simulator.runner.extractor_limit`).
+
+        Every live client trains on its rows in ``trained_on`` only (sent as ``retained``),
+        under the extractor ``generation``'s seeds (the client derives them from the
+        scenario, whose shards stay its own), with the transport's accountants.
+        """
+        empty = np.zeros(0, dtype=np.int64)
+        retained = {c: np.asarray(trained_on.get(c, empty), dtype=np.int64) for c in self._clients}
+        return partial(self._fedavg_round, generation=generation, retained=retained)
+
+    def _fedavg_round(
+        self,
+        round_index: int,
+        global_arrays: StateArrays,
+        *,
+        generation: int = 0,
+        retained: Mapping[int, IntArray] | None = None,
+    ) -> Sequence[LocalUpdate]:
         accountants = self.accountants
 
         def content(client: int) -> RecordDict:
             config: dict[str, Any] = {"scenario": self._yaml, "round": round_index}
+            arrays: dict[str, Any] = {rec.MODEL: global_arrays}
             if accountants is not None:
                 config["dp-history"] = history_to_json(accountants.history(client))
-            return rec.content(config, {rec.MODEL: global_arrays})
+            if retained is not None:
+                config["generation"] = generation
+                arrays[rec.RETAINED] = {"ids": retained[client]}
+            return rec.content(config, arrays)
 
         ex = self.send(
             {c: (rec.TRAIN, partial(content, c)) for c in self._clients},
@@ -124,18 +150,27 @@ class FlowerTransport:
 
     # ------------------------------------------------------------ head clients
     def open_clients(
-        self, featurizer: Featurizer, shards: Sequence[IntArray]
+        self, featurizer: Featurizer, shards: Sequence[IntArray], *, retained: bool = False
     ) -> dict[int, RunnerClient]:
-        """Send each client its shard and the featurizer; returns a channel per client."""
+        """Send each client the featurizer; returns a channel per client.
+
+        Each client rebuilds its shard from the scenario; ``retained`` (a whole-model
+        retrain): it keeps only its rows of ``shards``, sent along.
+        """
         extractor = state_to_arrays(featurizer.model)
         rff = featurizer.rff.to_arrays()
 
-        def content() -> RecordDict:
+        def content(client: int) -> RecordDict:
             config = {"scenario": self._yaml, "weights": self.wants_weights}
-            return rec.content(config, {rec.MODEL: extractor, rec.RFF: rff})
+            arrays: dict[str, Any] = {rec.MODEL: extractor, rec.RFF: rff}
+            if retained:
+                arrays[rec.RETAINED] = {"ids": np.asarray(shards[client], dtype=np.int64)}
+            return rec.content(config, arrays)
 
         ex = self.send(
-            {c: (rec.SETUP, content) for c in self._clients}, repeatable=True, train=True
+            {c: (rec.SETUP, partial(content, c)) for c in self._clients},
+            repeatable=True,
+            train=True,
         )
         if ex.failures:
             raise ClientUnavailableError(ex.failures, "building the clients' head rows")

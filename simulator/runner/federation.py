@@ -24,7 +24,7 @@ from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
 from simulator.runner.configs import head_config
 from simulator.runner.evaluation import EvaluationSets, build_eval_sets
-from simulator.runner.extractor_refit import retained_pools, train_dp_generation
+from simulator.runner.extractor_refit import generation_scenario
 from simulator.runner.featurize import in_process_round, train_featurizer
 from simulator.runner.transport import ClientTransport, InProcessTransport, RunnerClient
 from simulator.scenario import Scenario
@@ -265,28 +265,39 @@ class Federation:
         :mod:`simulator.runner.extractor_limit`). The clients' accountants start empty
         (:mod:`simulator.runner.extractor_refit`), and no removed row is charged any more.
 
+        On every transport: the FedAvg rounds go through it
+        (:meth:`~simulator.runner.transport.ClientTransport.generation_round`), a Flower
+        client training on the retained rows the server sends and keeping only those at
+        its setup. In process this is
+        :func:`~simulator.runner.extractor_refit.train_dp_generation` (the audit's retrained
+        model).
+
         Raises
         ------
         ConfigError
-            Not ``extractor_data: dp`` on the in-process transport.
+            Not ``extractor_data: dp``, or no transport (a federation restored as a record).
         """
         sc, ds = self.scenario, self.dataset
         transport = self.transport
-        if sc.model.extractor_data != "dp" or not isinstance(transport, InProcessTransport):
+        if sc.model.extractor_data != "dp" or transport is None:
             raise ConfigError(
-                "the extractor is retrained mid-stream only under extractor_data dp on the "
-                "in-process transport",
+                "the extractor is retrained mid-stream only under extractor_data dp, through "
+                "the transport that reaches the clients",
                 "model.dp.extractor_epsilon_limit",
             )
         device = resolve_device(sc.device)
-        pools = retained_pools(ds, trained_on, len(self.client_indices))
-        featurizer, accountants = train_dp_generation(
-            sc, ds, pools, generation=generation, device=device
-        )
+        accountants = ClientAccountants()  # the new generation's own, empty
         transport.accountants = accountants
+        featurizer = train_featurizer(
+            generation_scenario(sc, generation),
+            ds,
+            ds.x_test,  # the bandwidth on rows no client holds, as at the build
+            local_round=transport.generation_round(generation, trained_on),
+            device=device,
+        )
         empty = np.zeros(0, dtype=np.int64)
         shards = [trained_on.get(c, empty) for c in range(len(self.client_indices))]
-        opened = transport.open_clients(featurizer, shards)
+        opened = transport.open_clients(featurizer, shards, retained=True)
         for cid in self.excluded:
             transport.exclude(cid)
         self.clients = {c: client for c, client in opened.items() if c not in self.excluded}
@@ -464,8 +475,7 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
     ------
     ConfigError
         A source whose encoder fits statistics on the clients' rows (not DP: the whole-model
-        certificate would not hold), a transport that keeps no accountant across rounds, or
-        ``model.dp.extractor_epsilon_limit`` on a transport other than the in-process one.
+        certificate would not hold), or a transport that keeps no accountant across rounds.
     """
     if scenario.model.extractor_data != "dp":
         return
@@ -475,14 +485,6 @@ def check_dp_extractor(scenario: Scenario, transport: ClientTransport | None) ->
             "the clients' rows without noise, so the certificate could not cover the whole "
             "model; use extractor_data public (the encoder fits on the pool) for this source",
             "model.extractor_data",
-        )
-    limited = scenario.model.dp.extractor_epsilon_limit is not None
-    if limited and transport is not None and transport.name != "inprocess":
-        raise ConfigError(
-            f"model.dp.extractor_epsilon_limit: transport {transport.name} cannot retrain "
-            "the extractor mid-stream (a Flower client rebuilds its shard from the "
-            "scenario and would need its retained ids); use transport inprocess",
-            "model.dp.extractor_epsilon_limit",
         )
     if transport is not None and getattr(transport, "accountants", None) is None:
         raise ConfigError(

@@ -13,7 +13,7 @@ gives the same head.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import torch
@@ -33,6 +33,7 @@ from simulator.models import LocalUpdate, StateArrays
 from simulator.models.dp_fedavg import ClientAccountants
 from simulator.models.featurizer import Featurizer
 from simulator.models.fedavg import LocalRound
+from simulator.runner.extractor_refit import generation_scenario, retained_pools
 from simulator.runner.featurize import in_process_round
 from simulator.runner.shards import client_rows_backend, make_client
 from simulator.scenario import Scenario
@@ -78,6 +79,10 @@ class RunnerClient(ClientChannel, Protocol):
 class ClientTransport(Protocol):
     """The clients of one run, however they are reached."""
 
+    #: the clients' DP accountants under ``extractor_data: dp`` (one per client, kept across
+    #: every round; a whole-model retrain starts new ones), else None
+    accountants: ClientAccountants | None
+
     @property
     def name(self) -> str:
         """``inprocess``, ``flower-sim`` or ``flower-deploy``."""
@@ -87,12 +92,23 @@ class ClientTransport(Protocol):
         """One FedAvg round: the local updates of every client with rows, in client order."""
         ...
 
+    def generation_round(self, generation: int, trained_on: Mapping[int, IntArray]) -> LocalRound:
+        """FedAvg rounds of a whole-model retrain at the extractor's limit.
+
+        Every client trains on its rows in ``trained_on`` only, under the extractor
+        ``generation``'s seeds (:func:`~simulator.runner.extractor_refit.generation_scenario`),
+        with the transport's accountants (:mod:`simulator.runner.extractor_limit`).
+        """
+        ...
+
     def open_clients(
-        self, featurizer: Featurizer, shards: Sequence[IntArray]
+        self, featurizer: Featurizer, shards: Sequence[IntArray], *, retained: bool = False
     ) -> dict[int, RunnerClient]:
         """Send the frozen feature map; every client builds its head rows and weights.
 
-        ``shards`` are the global row ids the server expects each client to hold.
+        ``shards`` are the global row ids the server expects each client to hold;
+        ``retained``: they are what is left of the clients' shards after a whole-model
+        retrain, and each client keeps only those.
         """
         ...
 
@@ -170,10 +186,18 @@ class InProcessTransport:
             )
         return self._round(round_index, global_arrays)
 
+    def generation_round(self, generation: int, trained_on: Mapping[int, IntArray]) -> LocalRound:
+        """FedAvg rounds of a whole-model retrain (:class:`ClientTransport`), here."""
+        scenario = generation_scenario(self._scenario, generation)
+        pools = retained_pools(self._dataset, trained_on, len(self._shards))
+        return in_process_round(
+            scenario, self._dataset, pools, device=self._device, accountants=self.accountants
+        )
+
     def open_clients(
-        self, featurizer: Featurizer, shards: Sequence[IntArray]
+        self, featurizer: Featurizer, shards: Sequence[IntArray], *, retained: bool = False
     ) -> dict[int, RunnerClient]:
-        """Build an in-process client per shard; returns them by client id."""
+        """Build an in-process client per shard (``retained`` or not); returns them by id."""
         self._clients = {
             c: make_client(
                 self._scenario, self._dataset, c, rows, featurizer, backend=self.rows_backend

@@ -62,7 +62,7 @@ class ExtractorDpSpec(Section):
         "rows removed since the extractor was last trained (a vacuous group delta passes "
         "every limit). A batch that would pass it retrains the whole model from scratch on "
         "the retained rows (DP-FedAvg with fresh accountants; retrain reason "
-        "extractor_limit). None: never (in-process transport only).",
+        "extractor_limit; every transport). None: never.",
     )
 
 

@@ -137,11 +137,10 @@ class Scenario(Section):
             )
 
     def _check_extractor_limit(self, checks: Checks) -> None:
-        """``model.dp.extractor_epsilon_limit`` needs a DP extractor retrained in this process.
+        """``model.dp.extractor_epsilon_limit`` needs a DP extractor.
 
-        Only ``extractor_data: dp`` has an extractor charge to limit, and only the in-process
-        transport retrains the extractor mid-stream: a Flower client rebuilds its shard from
-        the scenario and would need its retained ids (docs/certified-head.md).
+        Only ``extractor_data: dp`` has an extractor charge to limit (every transport
+        retrains it mid-stream: a Flower client is sent the rows it keeps).
         """
         if self.model.dp.extractor_epsilon_limit is None:
             return
@@ -149,13 +148,6 @@ class Scenario(Section):
         if self.model.extractor_data != "dp":
             msg = "only extractor_data 'dp' has an extractor charge to limit"
             checks.add(where, f"{msg}, extractor_data is '{self.model.extractor_data}'")
-        if self.transport != "inprocess":
-            checks.add(
-                where,
-                "retraining the extractor mid-stream is built for the in-process transport "
-                "only (a Flower client rebuilds its shard from the scenario and would need "
-                f"its retained ids), transport is '{self.transport}'",
-            )
 
     def _check_public_source(self, checks: Checks) -> None:
         """``model.public_source: digits`` needs a digit source and no ``digits`` shift split.

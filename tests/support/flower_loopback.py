@@ -32,6 +32,8 @@ class LoopbackGrid:
     flaky: dict[int, str] = field(default_factory=dict)  # partition -> type to fail once
     sent: Counter[tuple[int, str]] = field(default_factory=Counter)  # (partition, type) -> n
     kill_after: dict[tuple[int, str], int] = field(default_factory=dict)  # die after n of a type
+    keep: bool = False  # keep every message delivered, in ``received``
+    received: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # a Message built outside a Flower process needs the run's identity
@@ -72,6 +74,8 @@ class LoopbackGrid:
         part = self.partition_of[node]
         mtype = msg.metadata.message_type
         self.sent[(part, mtype)] += 1
+        if self.keep:
+            self.received.append(msg)
         limit = self.kill_after.get((part, mtype))
         if limit is not None and self.sent[(part, mtype)] > limit:
             self.dead.add(part)
