@@ -27,7 +27,7 @@ from rich.console import Console
 from support.flower_loopback import LoopbackGrid
 from support.scenarios import TEN_CLIENTS, scenario
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, InputError
 from simulator.models import state_to_arrays
 from simulator.models.dp_fedavg import ClientAccountants
 from simulator.runner import ReportingConfig, run_scenario
@@ -223,6 +223,22 @@ def test_a_flower_transport_retrains_the_whole_model_as_the_in_process_one(
     # the retrains' messages carried the rows each client keeps
     retained = [m for m in grid.received if rec.RETAINED in rec.arrays_of(m.content)]
     assert {m.metadata.message_type for m in retained} == {rec.TRAIN, rec.SETUP}
+
+
+def test_a_flower_client_refuses_to_keep_rows_outside_its_shard() -> None:
+    """The ids a retrain sends are checked against the shard the client rebuilds: a row of
+    another client's shard is an error, not a silently different extractor or head."""
+    from clients.build import build_client, local_update
+    from simulator.runner.federation import load_dataset, split_clients
+    from simulator.scenario import scenario_to_yaml
+
+    sc = scenario(DP)
+    shards, _ = split_clients(sc, load_dataset(sc))
+    text, foreign = scenario_to_yaml(sc), np.array([int(shards[1][0]), int(shards[2][0])])
+    with pytest.raises(InputError, match="client 1 was asked to keep 1 row"):
+        local_update(text, 1, 0, {}, None, foreign, 1)
+    with pytest.raises(InputError, match="outside its shard"):
+        build_client(text, 1, {}, {}, foreign)
 
 
 @pytest.mark.integration
