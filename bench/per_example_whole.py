@@ -50,30 +50,38 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
+        "--no-removal",
+        action="store_true",
+        help="also audit a mechanism that forgets nothing (what a leak looks like here)",
+    )
+    p.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results" / "per-example-whole.json"
     )
     args = p.parse_args()
     console = Console()
     rows: list[dict[str, Any]] = []
+    settings = [(p, True) for p in args.provenances]
+    settings += [(p, False) for p in args.provenances if args.no_removal]
     with Progress(console=console) as progress:
-        for provenance in args.provenances:
+        for provenance, remove in settings:
             sc = load_scenario(
                 args.scenario, overrides=[*args.set, f"model.extractor_data={provenance}"]
             )
             shards, _ = split_clients(sc, load_dataset(sc))
             held = np.sort(np.concatenate(shards))
             removed = np.random.default_rng(args.seed).choice(held, args.removed, replace=False)
-            task = progress.add_task(f"{provenance}: models trained", total=2 * args.draws)
+            mechanism = "certified removal" if remove else "no removal"
+            task = progress.add_task(f"{provenance}, {mechanism}: models", total=2 * args.draws)
             t = time.perf_counter()
             audit = whole_model_audit(
-                sc, [int(i) for i in removed], draws=args.draws, seed=args.seed,
+                sc, [int(i) for i in removed], draws=args.draws, seed=args.seed, remove=remove,
                 progress=lambda n, task=task: progress.update(task, completed=n),
             )  # fmt: skip
             bounds = audit.epsilon_lower
             rows.append({
                 "provenance": provenance,
                 "sigma": sc.head.sigma,
-                "mechanism": f"whole model, {provenance}",
+                "mechanism": mechanism,
                 "certified_epsilon": audit.certified_epsilon,
                 "head_epsilon": audit.head_epsilon,
                 "extractor_epsilon_per_row": audit.extractor_epsilon,
@@ -88,14 +96,15 @@ def main() -> None:
     table = Table(
         title=f"whole-model per-example epsilon lower bounds ({args.draws} draws per side, 95%)"
     )
-    for col in ("extractor", "certified eps", "head eps", "bound: max", "median", "rows > 0", "s"):
+    columns = ("extractor", "mechanism", "certified eps", "head eps", "bound: max", "median")
+    for col in (*columns, "rows > 0", "s"):
         table.add_column(col, justify="right")
     for r in rows:
         cert = "none" if r["certified_epsilon"] is None else f"{r['certified_epsilon']:.3f}"
         table.add_row(
-            r["provenance"], cert, f"{r['head_epsilon']:.3f}", f"{r['epsilon_lower_max']:.3f}",
-            f"{r['epsilon_lower_median']:.3f}", f"{r['rows_above_zero']} / {args.removed}",
-            f"{r['seconds']:.0f}",
+            r["provenance"], r["mechanism"], cert, f"{r['head_epsilon']:.3f}",
+            f"{r['epsilon_lower_max']:.3f}", f"{r['epsilon_lower_median']:.3f}",
+            f"{r['rows_above_zero']} / {args.removed}", f"{r['seconds']:.0f}",
         )  # fmt: skip
     console.print(table)
     result = {
@@ -109,7 +118,8 @@ def main() -> None:
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    plot(rows, args.out.with_suffix(".png"), labels=[r["provenance"] for r in rows])
+    labels = [f"{r['provenance']}\n{r['mechanism']}" for r in rows]
+    plot(rows, args.out.with_suffix(".png"), labels=labels)
     console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 

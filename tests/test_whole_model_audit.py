@@ -8,6 +8,8 @@ scope says.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from support.scenarios import SMALL, scenario
@@ -62,6 +64,18 @@ def test_the_retrained_side_never_reads_a_removed_row(monkeypatch: pytest.Monkey
     assert retrained == held - set(rows) and n_retrained == len(held) - len(rows)
 
 
+def test_the_forgetting_nothing_check_releases_the_models_as_trained() -> None:
+    """``remove=False``: the unlearned side is every model trained on D, its head untouched
+    (nothing charged but its training residual, nothing certified); the retrained side is the same as with the removal."""
+    rows = removed_rows(3)
+    kept = whole_model_audit(PRIVATE, rows, draws=1, seed=5, remove=False)
+    removed = whole_model_audit(PRIVATE, rows, draws=1, seed=5)
+    assert kept.retrains == 0 and kept.certified_epsilon is None
+    assert kept.head_epsilon < 1e-6 < removed.head_epsilon  # the training residual alone
+    np.testing.assert_array_equal(kept.retrained, removed.retrained)
+    assert not np.array_equal(kept.unlearned, removed.unlearned)
+
+
 def test_rows_no_client_holds_are_refused() -> None:
     public = scenario(SMALL, "model.extractor_data=public", "model.public_fraction=0.1")
     ds = load_dataset(public)
@@ -79,6 +93,8 @@ def test_the_release_epsilon_is_composed_as_the_scope_says() -> None:
 
     def audit(provenance: str, extractor: float | None) -> WholeModelAudit:
         return WholeModelAudit(provenance, rows, np.zeros(3), empty, empty, 0, 0.25, extractor)
+
+    assert dataclasses.replace(audit("public", None), removes=False).certified_epsilon is None
 
     assert audit("public", None).certified_epsilon == 0.25
     assert audit("dp", 0.1).certified_epsilon == pytest.approx(0.25 + 3 * 0.1)

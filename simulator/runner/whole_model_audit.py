@@ -68,6 +68,7 @@ class WholeModelAudit:
     head_epsilon : the largest epsilon a drawn unlearned head's certificate states.
     extractor_epsilon : ``dp``: the largest per-row ``eps_x`` of a drawn extractor (the group
         charge for ``R`` is ``m`` times it); None otherwise.
+    removes : whether the unlearned side removed ``R`` (False: the forgetting-nothing check).
     """
 
     provenance: str
@@ -78,14 +79,17 @@ class WholeModelAudit:
     retrains: int
     head_epsilon: float
     extractor_epsilon: float | None
+    removes: bool = True
 
     @property
     def certified_epsilon(self) -> float | None:
         """The release's epsilon for ``D`` against ``D'``, or None where it covers the head only.
 
         ``public``: the head's; ``dp``: the head's plus the extractor's group charge
-        ``m eps_x`` (:mod:`simulator.head.scope`); ``private``: None (not certified).
+        ``m eps_x`` (:mod:`simulator.head.scope`); ``private``, or nothing removed: None.
         """
+        if not self.removes:
+            return None
         if self.provenance == "public":
             return self.head_epsilon
         if self.provenance == "dp" and self.extractor_epsilon is not None:
@@ -93,18 +97,22 @@ class WholeModelAudit:
         return None
 
 
-def whole_model_audit(
+def whole_model_audit(  # noqa: PLR0913 (the audited removal, then keyword-only options)
     scenario: Scenario,
     removed: Sequence[int],
     *,
     draws: int,
     seed: int,
     confidence: float = 0.95,
+    remove: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> WholeModelAudit:
     """Audit the removal of ``removed`` (training row ids) from the whole model (module doc).
 
-    ``progress`` is called with the number of models trained so far (``2 draws`` in all).
+    ``remove=False`` audits a mechanism that forgets nothing (the models trained on every row
+    are released as they are): what a leak looks like at this number of draws, whatever the
+    extractors' own spread. ``progress`` is called with the number of models trained so far
+    (``2 draws`` in all).
 
     Raises
     ------
@@ -128,10 +136,11 @@ def whole_model_audit(
             model = _trained(sc, ds, kept, public)
             if model.extractor_epsilon is not None:
                 extractor_eps = max(extractor_eps or 0.0, model.extractor_epsilon)
-            if side == "unlearned":
+            if side == "unlearned" and remove:
                 positions = np.searchsorted(model.rows, rows)  # model.rows is sorted
                 report = model.head.remove([int(i) for i in positions])
                 retrains += int(report.retrained)
+            if side == "unlearned":
                 head_eps = max(head_eps, model.head.epsilon_spent)
             probabilities = class_probabilities(model.features[rows] @ model.head.W)
             scores[side].append(lira_phi(probabilities, ds.y_train[rows]))
@@ -141,7 +150,9 @@ def whole_model_audit(
     U, R = np.stack(scores["unlearned"]), np.stack(scores["retrained"])
     bounds = epsilon_lower_bounds(U, R, delta=scenario.head.delta, confidence=confidence)
     provenance = scenario.model.extractor_data
-    return WholeModelAudit(provenance, rows, bounds, U, R, retrains, head_eps, extractor_eps)
+    return WholeModelAudit(
+        provenance, rows, bounds, U, R, retrains, head_eps, extractor_eps, removes=remove
+    )
 
 
 @dataclass(frozen=True)
