@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -109,7 +110,7 @@ def main() -> None:
     console.print(table)
     result = {
         "workload": {
-            "scenario": str(args.scenario),
+            "scenario": os.path.relpath(args.scenario.resolve(), ROOT),
             "set": args.set, "draws": args.draws, "removed": args.removed, "seed": args.seed,
             "head": "the scenario's head settings, uniform sample weights (cr)",
         },
