@@ -77,6 +77,18 @@ def test_the_forgetting_nothing_check_releases_the_models_as_trained() -> None:
     assert not np.array_equal(kept.unlearned, removed.unlearned)
 
 
+def test_a_dp_extractor_is_charged_by_its_accountants() -> None:
+    """``dp``: every draw trains the extractor by DP-FedAvg with fresh accountants; the release's
+    epsilon is the head's plus the group charge of the removed rows."""
+    pytest.importorskip("opacus")
+    dp = scenario(SMALL, "model.extractor_data=dp", "model.dp.noise_multiplier=4")
+    audit = whole_model_audit(dp, removed_rows(2), draws=1, seed=0)
+    assert audit.extractor_epsilon is not None and audit.extractor_epsilon > 0
+    assert audit.certified_epsilon == pytest.approx(
+        audit.head_epsilon + 2 * audit.extractor_epsilon
+    )
+
+
 def test_rows_no_client_holds_are_refused() -> None:
     public = scenario(SMALL, "model.extractor_data=public", "model.public_fraction=0.1")
     ds = load_dataset(public)

@@ -66,8 +66,9 @@ class WholeModelAudit:
     unlearned, retrained : (S, m) scores ``phi`` of the rows in each drawn model.
     retrains : how many unlearned heads' removals fell back to a retrain.
     head_epsilon : the largest epsilon a drawn unlearned head's certificate states.
-    extractor_epsilon : ``dp``: the largest per-row ``eps_x`` of a drawn extractor (the group
-        charge for ``R`` is ``m`` times it); None otherwise.
+    extractor_epsilon : ``dp``: the largest per-row ``eps_x`` of a released (unlearned side)
+        extractor, from its accountants (the group charge for ``R`` is ``m`` times it); None
+        otherwise.
     removes : whether the unlearned side removed ``R`` (False: the forgetting-nothing check).
     """
 
@@ -134,14 +135,14 @@ def whole_model_audit(  # noqa: PLR0913 (the audited removal, then keyword-only 
             )
             kept = shards if side == "unlearned" else [without(sh, removed) for sh in shards]
             model = _trained(sc, ds, kept, public)
-            if model.extractor_epsilon is not None:
-                extractor_eps = max(extractor_eps or 0.0, model.extractor_epsilon)
-            if side == "unlearned" and remove:
-                positions = np.searchsorted(model.rows, rows)  # model.rows is sorted
-                report = model.head.remove([int(i) for i in positions])
-                retrains += int(report.retrained)
-            if side == "unlearned":
+            if side == "unlearned":  # the released models: what the certificate states
+                if remove:
+                    positions = np.searchsorted(model.rows, rows)  # model.rows is sorted
+                    report = model.head.remove([int(i) for i in positions])
+                    retrains += int(report.retrained)
                 head_eps = max(head_eps, model.head.epsilon_spent)
+                if model.extractor_epsilon is not None:
+                    extractor_eps = max(extractor_eps or 0.0, model.extractor_epsilon)
             probabilities = class_probabilities(model.features[rows] @ model.head.W)
             scores[side].append(lira_phi(probabilities, ds.y_train[rows]))
             trained += 1
