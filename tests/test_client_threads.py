@@ -39,3 +39,33 @@ def test_threaded_clients_give_the_sequential_run_bit_for_bit() -> None:
 def test_client_threads_are_refused_outside_the_in_process_transport() -> None:
     with pytest.raises(ConfigError, match="client_threads"):
         scenario(TEN_CLIENTS, "client_threads=2", "transport=flower-sim")
+
+
+class _BlasProbe:
+    """A client that answers with the BLAS thread count its products would run with."""
+
+    def statistics(self, request: object) -> int:
+        from threadpoolctl import threadpool_info
+
+        return max(int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_clients_side_by_side_share_the_cores_among_their_blas_threads() -> None:
+    """Each of the clients computing at once gets its share of the cores for BLAS (each with
+    BLAS's own threads on top would oversubscribe the cores); the count is restored after."""
+    from threadpoolctl import threadpool_info
+
+    from simulator.federation.threads import blas_threads_per_client
+    from simulator.threads import thread_limits
+
+    assert blas_threads_per_client(2, cores=2) == 1
+    assert blas_threads_per_client(2, cores=8) == 4
+    assert blas_threads_per_client(16, cores=2) == 1
+    assert blas_threads_per_client(3, cores=8) == 2
+    outside = blas_threads_per_client(2) + 1  # a known count, other than the share
+    with thread_limits(blas=outside):
+        fanout = ThreadFanout({c: _BlasProbe() for c in range(4)}, workers=2)
+        seen = fanout.statistics([0, 1, 2, 3], request=None)  # type: ignore[arg-type]
+        assert set(seen.values()) == {blas_threads_per_client(2)}
+        after = {int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"}
+        assert after == {outside}

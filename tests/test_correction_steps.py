@@ -101,14 +101,22 @@ def test_a_correction_that_does_not_help_is_not_released(monkeypatch: pytest.Mon
     report = head.remove(purge)
     assert report.corrections == 1
     assert report.retrained  # the one-step head stays above the budget
-    monkeypatch.undo()
-    head = head_with_budget(X, y, 5 * budget)  # room for the one-step head: it is released
-    solver, solve = head._solver, head._solver.solve
-    calls.clear()
-    monkeypatch.setattr(solver, "solve", overshooting)
+
+
+def test_a_head_within_the_budget_takes_no_correction() -> None:
+    """Correction steps lower a residual only to the budget (``CORRECTION_TARGET`` 1): the
+    one-step head whose exact residual is within the budget is released as it is, with that
+    residual as its charge (the next step corrects its gradient and starts the sum afresh, so
+    a pass to lower it would buy nothing), and later removals' charges still cover the truth."""
+    X, y, purge = class_purge()
+    first = one_step_residual(X, y, purge)
+    head = head_with_budget(X, y, first / 0.8)  # the one-step head at 0.8 of the budget
     report = head.remove(purge)
-    assert not report.retrained and report.corrections == 1
+    assert not report.retrained and report.anchored and report.corrections == 0
+    assert report.cumulative == pytest.approx(first, rel=1e-9)
     assert report.cumulative == pytest.approx(head.exact_residual(), rel=1e-9)
+    for i in [i for i in range(600) if i not in set(purge)][:20]:
+        assert head.remove([i]).cumulative >= head.exact_residual() * (1 - 1e-9)
 
 
 def test_correction_steps_must_not_be_negative() -> None:

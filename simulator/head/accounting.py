@@ -12,7 +12,7 @@ gradient, ``docs/certified-head.md``). Their reference code charges the data-dep
   corrects it, so the sum restarts there. When the sum would cross the budget, one exact pass at
   the new head re-anchors (the charge becomes its exact residual) before a retrain is
   considered (an exact residual measured for ``report_exact`` alone stays a diagnostic, so the
-  decisions do not depend on that option). Where that residual is above half the budget,
+  decisions do not depend on that option). Where that residual is above the budget,
   *correction steps* ``w <- w - H_ref'^{-1} r`` on the measured gradient ``r``, each measured
   by one more exact pass, come first (``CertifiedHead._correct``): the charge is the exact
   residual of the head released, and its gradient enters the next step;
@@ -21,7 +21,7 @@ gradient, ``docs/certified-head.md``). Their reference code charges the data-dep
 * ``worst``: the same with the data-independent worst-case bound (Theorem 1);
 * ``exact``: charge the exact residual of the released head, which already contains every
   earlier step's error (never summed); one pass per removal, and correction steps as above
-  where it is above half the budget. The charge reported is the running maximum since the last
+  where it is above the budget. The charge reported is the running maximum since the last
   (re)training.
 
 Every mode's retrain decision depends on the noise ``b`` (the bounds and the exact residual are

@@ -50,7 +50,7 @@ class HeadConfig:
     removal (one gradient round over the retained rows) whatever is charged, as a diagnostic
     that no mode's decision depends on except ``exact``'s.
     ``correction_steps`` caps the correction steps taken where the exact gradient of the new
-    head is in hand and its residual is above half the budget (``anchored`` at an anchor,
+    head is in hand and its residual is above the budget (``anchored`` at an anchor,
     ``exact`` after every removal): ``w <- w - H_ref'^{-1} grad L'(w)``, each measured by one
     more exact pass, before a retrain is considered (0: retrain at once, the earlier behaviour).
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
