@@ -20,6 +20,8 @@
   than one thread (measured: 89 ms vs 4.3 ms under load), skewing the removal-time comparison
   towards whichever method ran while the other core was free (``compare --torch-threads``).
 * BLAS for a whole Kafka consumer (``run --stream kafka --blas-threads N``).
+* BLAS while in-process clients compute side by side (``client_threads``): each gets its share
+  of the cores, never more than the count in force (``simulator/federation/threads.py``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ def _blas_threads(count: int) -> Iterator[None]:
     finally:
         for lib, threads in zip(libraries, previous, strict=True):
             lib.set_num_threads(threads)
+
+
+def blas_thread_count() -> int | None:
+    """The BLAS thread count in force now (the largest over the loaded libraries; None: none)."""
+    counts = [int(lib.get_num_threads()) for lib in _blas_libraries()]
+    return max(counts) if counts else None
 
 
 @contextmanager

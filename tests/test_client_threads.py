@@ -62,6 +62,8 @@ def test_clients_side_by_side_share_the_cores_among_their_blas_threads() -> None
     assert blas_threads_per_client(2, cores=8) == 4
     assert blas_threads_per_client(16, cores=2) == 1
     assert blas_threads_per_client(3, cores=8) == 2
+    assert blas_threads_per_client(2, cores=16, current=1) == 1  # a process limit stays
+    assert blas_threads_per_client(2, cores=16, current=4) == 4
     outside = blas_threads_per_client(2) + 1  # a known count, other than the share
     with thread_limits(blas=outside):
         fanout = ThreadFanout({c: _BlasProbe() for c in range(4)}, workers=2)

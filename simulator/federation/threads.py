@@ -25,18 +25,22 @@ from typing import Any, TypeVar
 from simulator.arrays import FloatArray
 from simulator.head.data import DeletionStatistics, RowSource
 from simulator.head.logistic import ShardStatistics, StatisticsRequest
-from simulator.threads import thread_limits
+from simulator.threads import blas_thread_count, thread_limits
 
 T = TypeVar("T")
 
 
-def blas_threads_per_client(workers: int, cores: int | None = None) -> int:
+def blas_threads_per_client(
+    workers: int, cores: int | None = None, current: int | None = None
+) -> int:
     """BLAS threads for each of ``workers`` clients computing at once on ``cores`` cores.
 
-    The cores shared out, at least one each (``cores`` defaults to ``os.cpu_count()``).
+    The cores shared out, at least one each (``cores`` defaults to ``os.cpu_count()``), and
+    never more than the ``current`` count (a limit the process set, e.g. ``--blas-threads``).
     """
     available = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, available // max(1, workers))
+    share = max(1, available // max(1, workers))
+    return share if current is None else max(1, min(share, current))
 
 
 class ThreadFanout:
@@ -63,7 +67,8 @@ class ThreadFanout:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="client")
         # BLAS's thread count is the process's: set while this thread waits for the answers
-        with thread_limits(blas=blas_threads_per_client(min(self.workers, len(calls)))):
+        share = blas_threads_per_client(min(self.workers, len(calls)), current=blas_thread_count())
+        with thread_limits(blas=share):
             futures: dict[int, Future[T]] = {c: self._pool.submit(f) for c, f in calls.items()}
             return {c: future.result() for c, future in futures.items()}  # the first raises
 
