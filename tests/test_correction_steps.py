@@ -30,18 +30,27 @@ def class_purge() -> tuple[np.ndarray, np.ndarray, list[int]]:
     return X, y, rows[: int(0.6 * rows.size)].tolist()
 
 
-def head_with_budget(X: np.ndarray, y: np.ndarray, budget: float, **extra: object) -> CertifiedHead:
-    """An ``anchored`` head (no diagnostic exact pass) whose residual budget is ``budget``."""
+def head_with_budget(
+    X: np.ndarray, y: np.ndarray, budget: float, *, fold: bool = False, **extra: object
+) -> CertifiedHead:
+    """An ``anchored`` head (no diagnostic exact pass) whose residual budget is ``budget``.
+
+    The purge is a bulk batch (``solver.py``); ``fold`` folds it into the factors instead, so
+    that every solve is a full one whatever the budget (the step does not depend on it).
+    """
     unit = HeadConfig(sigma=1.0, epsilon=1.0).budget  # eps' is linear in epsilon
     options: dict = {"sigma": 1.0, "epsilon": budget / unit, "report_exact": False}
     config = HeadConfig(**(options | extra))
-    return CertifiedHead(LocalHeadData(X, y, 3), config, rng=np.random.default_rng(0))
+    head = CertifiedHead(LocalHeadData(X, y, 3), config, rng=np.random.default_rng(0))
+    if fold:
+        head._solver.max_bulk_rows = 0
+    return head
 
 
 def one_step_residual(X: np.ndarray, y: np.ndarray, ids: list[int]) -> float:
-    """The exact residual that one Newton step leaves after removing ``ids`` (no corrections:
-    the budget is too large to need them)."""
-    head = head_with_budget(X, y, 1e9, report_exact=True)
+    """The exact residual that one Newton step (a full solve) leaves after removing ``ids``
+    (no corrections: the budget is too large to need them)."""
+    head = head_with_budget(X, y, 1e9, fold=True, report_exact=True)
     report = head.remove(ids)
     assert report.corrections == 0 and report.residual_exact is not None
     return report.residual_exact
@@ -86,7 +95,7 @@ def test_a_correction_that_does_not_help_is_not_released(monkeypatch: pytest.Mon
     its charge is that iterate's exact residual."""
     X, y, purge = class_purge()
     budget = one_step_residual(X, y, purge) / 4
-    head = head_with_budget(X, y, budget)
+    head = head_with_budget(X, y, budget, fold=True)
     solver, solve = head._solver, head._solver.solve
     calls = []
 
@@ -110,7 +119,7 @@ def test_a_head_within_the_budget_takes_no_correction() -> None:
     a pass to lower it would buy nothing), and later removals' charges still cover the truth."""
     X, y, purge = class_purge()
     first = one_step_residual(X, y, purge)
-    head = head_with_budget(X, y, first / 0.8)  # the one-step head at 0.8 of the budget
+    head = head_with_budget(X, y, first / 0.8, fold=True)  # the one-step head at 0.8 of it
     report = head.remove(purge)
     assert not report.retrained and report.anchored and report.corrections == 0
     assert report.cumulative == pytest.approx(first, rel=1e-9)
@@ -252,3 +261,42 @@ def test_secant_pairs_are_part_of_the_head_state(monkeypatch: pytest.MonkeyPatch
     del twin.__dict__["_pairs"]  # a head pickled before the pairs existed (a federation cache)
     older = pickle.loads(pickle.dumps(twin))
     assert older._pairs == () and older.remove(np.flatnonzero(y == 2)[:150].tolist()).corrections
+
+
+def recorded_solves(head: CertifiedHead, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Each solve of ``head``'s solver as (a correction's, with conjugate gradients)."""
+    solver, solve, calls = head._solver, head._solver.solve, []
+
+    def recording(gradient, **options):
+        calls.append((options.get("rtol") is not None, options.get("conjugate_gradients", True)))
+        return solve(gradient, **options)
+
+    monkeypatch.setattr(solver, "solve", recording)
+    return calls
+
+
+@pytest.mark.parametrize("contraction", [0.5, 0.0])
+def test_a_bulk_purge_solves_without_the_bulk_rows_until_a_step_is_slow(
+    contraction: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge held as bulk rows: its first correction solves with the factored matrix
+    alone (no conjugate gradients, where the Newton step's solve has them); a correction that
+    does not bring the residual below ``CORRECTION_CONTRACTION`` of the lowest (0: every step)
+    makes the next ones solve against the bulk rows. The charge is the released head's exact
+    residual either way. (A correction without progress is tried again against the bulk rows;
+    the fault injected in the test above, on a folded head, stops at once.)"""
+    from simulator.head import certified
+
+    monkeypatch.setattr(certified, "CORRECTION_CONTRACTION", contraction)
+    X, y, purge = class_purge()
+    head = head_with_budget(X, y, one_step_residual(X, y, purge) / 1e4)
+    calls = recorded_solves(head, monkeypatch)
+    report = head.remove(purge)
+    assert head._solver.bulk_rows == len(purge)
+    assert not report.retrained and report.anchored and report.corrections >= 2
+    assert calls[0] == (False, True) and calls[1] == (True, False)  # step, first correction
+    assert len(calls) == 1 + report.corrections
+    if contraction == 0.0:
+        assert all(cg for _, cg in calls[2:])
+    assert report.cumulative == pytest.approx(head.exact_residual(), rel=1e-9)
+    assert report.cumulative <= head.budget

@@ -52,6 +52,27 @@ def test_large_batches_stay_out_of_the_factor_and_solve_exactly() -> None:
     np.testing.assert_allclose(solver.hessians, target, atol=1e-10)
 
 
+def test_a_solve_without_conjugate_gradients_is_the_factored_one_charged_truly() -> None:
+    """``conjugate_gradients=False`` with bulk rows: the factored matrix alone (the bulk rows
+    left out), whose true residual against the exact matrix is reported (the reference's, not
+    the factored solve's zero); the full solve goes on to ``rtol``."""
+    rng = np.random.default_rng(6)
+    H = spd(rng)
+    solver = HessianSolver(H, max_pending_rows=8)
+    rows, coef = batch(rng, 30)
+    solver.downdate_rows(rows, coef, diagonal=0.05)
+    target = downdated(H, rows, coef, 0.05)
+    g = rng.normal(size=(D, K))
+    early = solver.solve(g, floor=1.0, conjugate_gradients=False)
+    assert solver.bulk_rows == 30 and early.refinements == 0
+    np.testing.assert_allclose(early.step, np.linalg.solve(H, g.T[:, :, None])[:, :, 0].T)
+    true = np.linalg.norm(g.T - np.einsum("kab,bk->ka", target, early.step), axis=1)
+    np.testing.assert_allclose(early.residual_norms, true, rtol=1e-9)
+    assert np.all(true > solver.rtol * np.linalg.norm(g, axis=0))  # far from converged
+    full = solver.solve(g, floor=1.0)
+    assert full.refinements > 0 and np.all(full.residual_norms < true)
+
+
 def test_bulk_past_its_limit_is_folded() -> None:
     rng = np.random.default_rng(1)
     H = spd(rng)

@@ -598,7 +598,14 @@ class HessianSolver:
         need = math.ceil(math.log(0.5 * self.rtol) / math.log(q)) - 1 if q > 0 else 0
         return max(1, min(need, self.max_refine))
 
-    def solve(self, g: Array, *, floor: float = 0.0, rtol: float | None = None) -> SolveResult:
+    def solve(
+        self,
+        g: Array,
+        *,
+        floor: float = 0.0,
+        rtol: float | None = None,
+        conjugate_gradients: bool = True,
+    ) -> SolveResult:
         """Solve ``H_k u_k = g[:, k]`` for every class k to relative residual ``rtol``.
 
         ``rtol`` (default: the solver's) may be loosened by a caller that measures the error
@@ -608,6 +615,13 @@ class HessianSolver:
         bounds the Neumann steps that can be needed (:meth:`neumann_steps`). One read-back
         from the device on the common path (the residual norms), one more per further step;
         ``step`` is returned in the solver's backend, ``residual_norms`` in numpy.
+
+        ``conjugate_gradients=False`` stops before the conjugate-gradient stage: with bulk
+        rows that is the Woodbury solve of the factored matrix alone (the bulk rows and
+        ``mu`` left out: ``O(K d^2)``, where each conjugate-gradient step reads every bulk
+        row twice), for a caller that measures the error of what it does with the step (a
+        correction step, ``certified.py``). Its true residual against the exact matrix is
+        still read back.
         """
         k, d = self.shape
         bk = self._bk
@@ -642,7 +656,7 @@ class HessianSolver:
             z = self._woodbury(self._mu * z, cap_inverse)
             x, steps = x + z, steps + 1
             e, res, _ = self._residual(B, x)
-        if not np.all(res <= tol):
+        if conjugate_gradients and not np.all(res <= tol):
             iterations = self.bulk_iterations if bulk else self.max_refine
             x, res, more, refolded = self._refine(B, x, (e, res), tol, iterations)
             steps += more
