@@ -44,6 +44,7 @@ from server.health import process_age
 from server.kafka.backoff import Backoff
 from server.kafka.batcher import BatchConfig, lag
 from server.kafka.checkpoint import CheckpointStore, ConsumerState
+from server.kafka.collector import frozen_set_up
 from server.kafka.delivery import Delivery
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.events import (
@@ -242,7 +243,8 @@ class DeletionConsumer:
                         **self._totals(),
                     }
                 )
-                self._loop(_Session(consumer, parts, store, ledger))
+                with frozen_set_up():  # no full collection walks the set-up (collector.py)
+                    self._loop(_Session(consumer, parts, store, ledger))
                 self._deliver()
                 self._close_journal(store)
                 ended = True
