@@ -566,10 +566,9 @@ class CertifiedHead:
                 exact = stacked_norm(self._norms(gradient))
                 heads = [*heads, W][-anderson.DEPTH :]
                 gradients = [*gradients, gradient][-anderson.DEPTH :]
-                rough, thorough = (
-                    not thorough,
-                    thorough or not exact <= CORRECTION_CONTRACTION * lowest,
-                )
+                rough = not thorough  # this step left the bulk rows out
+                if rough and not exact <= CORRECTION_CONTRACTION * lowest:  # NaN: slow too
+                    thorough = True  # the factored matrix lacks too much curvature here
                 if not exact < lowest:  # no progress (or NaN)
                     if rough:
                         continue  # again, against the bulk rows
