@@ -2,7 +2,8 @@
 steps on the measured gradient bring it down before a retrain is considered.
 
 A correction step is ``w <- w - H_ref'^{-1} r`` with ``r`` the exact gradient of the head on the
-retained rows (``simulator/head/certified.py``, ``CertifiedHead._correct``). Its error is not
+retained rows (``simulator/head/certified.py``, ``CertifiedHead._correct``; with bulk rows the
+first steps use the factored matrix alone instead of ``H_ref'``). Its error is not
 bounded but measured by one more exact pass, so the charge of the released head is its exact
 residual; the measured gradient becomes the next step's ``carried`` term, and the anchor's proof
 (``docs/certified-head.md``) covers the steps that follow. These tests check the three things
