@@ -21,18 +21,18 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def frozen_set_up() -> Iterator[int]:
+def frozen_set_up() -> Iterator[None]:
     """Collect once, then freeze every object tracked so far until the block ends.
 
-    Yields the number of objects frozen. The freeze is undone afterwards (objects frozen
-    before the block stay frozen), so a process that runs several sessions starts each one
+    The freeze is undone afterwards unless something froze objects before the block (whose
+    freeze is then left as it was), so a process that runs several sessions starts each one
     alike.
     """
-    before = gc.get_freeze_count()
+    already = gc.get_freeze_count()
     gc.collect()  # today's garbage is not frozen with the rest
     gc.freeze()
     try:
-        yield gc.get_freeze_count() - before
+        yield
     finally:
-        if not before:
+        if not already:
             gc.unfreeze()
