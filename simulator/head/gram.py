@@ -42,31 +42,29 @@ class GramMatrix:
             self._rows = self._bk.zeros((0, self._base.shape[0]))
         return self._base
 
-    def _folded(self) -> Array:
-        """The current Gram matrix as a new array; nothing of this object is written.
-
-        Pickling and ``state_dict`` run outside the head's methods (a checkpoint, a copy of
-        the federation), where a torch head's inference tensors may not be written in place
-        (``backend.TorchBackend.kernels_only``).
-        """
-        if self._rows.shape[0]:
-            return self._base - self._rows.T @ self._rows
-        return self._bk.copy(self._base)
-
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle the folded matrix (checkpoints stay d x d, whatever is pending)."""
-        d = self._base.shape[0]
-        return {**self.__dict__, "_base": self._folded(), "_rows": self._bk.zeros((0, d))}
-
     def state_dict(self, *, host: bool = True) -> dict[str, Any]:
-        """The folded matrix, as numpy (``host=False``: a copy on the backend's device)."""
-        matrix = self._folded()
-        return {"matrix": self._bk.to_numpy(matrix) if host else matrix}
+        """The base and the pending rows as they are (``host=False``: copies on the device).
+
+        Not the folded matrix: ``u^T base u - ||R u||^2`` and ``u^T (base - R^T R) u`` differ in
+        their last bits, and so would every bound computed after a restore (a replayed batch
+        must charge what the original charged, bit for bit: ``server/kafka/checkpoint.py``).
+        """
+        bk = self._bk
+        base = bk.copy(self._base)  # folds write into the base
+        if not host:
+            return {"base": base, "rows": self._rows}  # the rows are replaced, never written
+        return {"base": bk.to_numpy(base), "rows": bk.to_numpy(self._rows)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Install :meth:`state_dict`'s matrix."""
-        self._base = self._bk.asarray(np.asarray(state["matrix"], dtype=np.float64))
-        self._rows = self._bk.zeros((0, self._base.shape[0]))
+        """Install :meth:`state_dict`'s base and pending rows (or a folded ``matrix``)."""
+        bk = self._bk
+        if "matrix" in state:  # written before the pending rows were kept
+            self._base = bk.asarray(np.asarray(state["matrix"], dtype=np.float64))
+            self._rows = bk.zeros((0, self._base.shape[0]))
+            return
+        self._base = bk.copy(np.asarray(state["base"], dtype=np.float64))
+        d = int(self._base.shape[0])
+        self._rows = bk.asarray(np.asarray(state["rows"], dtype=np.float64).reshape(-1, d))
 
     def quadratic(self, U: Array) -> Array:
         """``u_k^T G u_k`` for every column ``u_k`` of U (d x K)."""

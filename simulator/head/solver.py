@@ -343,11 +343,14 @@ class HessianSolver:
             "coef": out(self._coef),
             "z": classes(bk.copy(self._z)),  # a copy: the buffer is written over
             "uz": classes(self._uz),
+            "cap_inverse": out(self._cap_inverse),
             "mu": float(self._mu),
             "bulk": [(out(rows), out(coef)) for rows, coef in self._bulk],
             "bulk_stalled": self._bulk_stalled,
             "factors": None if factors is None else classes(factors),
             "factorisations": self.factorisations,
+            "factor_solves": self._factor_solves,
+            "inverse": self._inverse is not None,
         }
 
     def _own_base(self) -> None:
@@ -397,9 +400,13 @@ class HessianSolver:
         self._z = bk.asarray(np.asarray(state["z"], dtype=np.float64).reshape(k, d, done))
         self._zt_rows = 0  # not in the buffer: the next extension copies it there
         self._uz = bk.asarray(np.asarray(state["uz"], dtype=np.float64).reshape(k, done, done))
-        eye = bk.eye(done)[None, :, :]
-        capacitance = eye - self._coef.T[:, :done, None] * self._uz
-        self._cap_inverse = bk.solve(capacitance, bk.expand(eye, (k, done, done)))
+        if "cap_inverse" in state:  # as it was kept (bordered): a recomputed one differs
+            saved = np.asarray(state["cap_inverse"], dtype=np.float64).reshape(k, done, done)
+            self._cap_inverse = bk.asarray(saved)
+        else:
+            eye = bk.eye(done)[None, :, :]
+            capacitance = eye - self._coef.T[:, :done, None] * self._uz
+            self._cap_inverse = bk.solve(capacitance, bk.expand(eye, (k, done, done)))
         self._mu = float(state["mu"])
         self._bulk = [
             (
@@ -412,7 +419,9 @@ class HessianSolver:
         factors = state["factors"]
         self._factors = None if factors is None else bk.copy(np.asarray(factors))
         self._owns_factors, self._spare = True, None
-        self._inverse, self._factor_solves = None, 0
+        self._inverse, self._factor_solves = None, int(state.get("factor_solves", 0))
+        if state.get("inverse") and self._factors is not None:  # a function of the factors
+            self._inverse = bk.cholesky_inverse(self._factors)
         self.factorisations = int(state["factorisations"])
 
     # -------------------------------------------------------------- downdates
