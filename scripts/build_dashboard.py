@@ -373,14 +373,14 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 8,
                 "Jensen-Shannon divergence of label distributions and of predicted labels.",
                 [
-                    ("unlearn_label_js_divergence_bits", "{{comparison}}", "suffix: bits"),
+                    ("unlearn_label_js_divergence", "{{comparison}}", "none"),
                     (
-                        "unlearn_prediction_js_divergence_bits",
+                        "unlearn_prediction_js_divergence",
                         "predictions ({{model}})",
-                        "suffix: bits",
+                        "none",
                     ),
                 ],
-                {},
+                {"min": 0, "max": 1},
             ),
             (
                 "Label chi-square p-value",

@@ -1,5 +1,6 @@
-"""promtool on the shipped Prometheus config and rules: syntax, and rule unit tests that fail
-when a rule is wrong. Skips (with the reason) where Debian's ``prometheus`` is not installed."""
+"""promtool on the exported metrics and the shipped Prometheus config and rules: metric names,
+syntax, and rule unit tests that fail when a rule is wrong. Skips (with the reason) where
+Debian's ``prometheus`` is not installed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+
+from server.metrics import METRICS, MetricsExporter
 
 PROM = Path(__file__).parent.parent / "docker" / "prometheus"
 PROMTOOL = shutil.which("promtool")
@@ -16,9 +20,41 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=60, input=stdin
+    )
+
+
+def populated_exposition() -> str:
+    """The exporter's registry with a sample in every metric (one child per labelled one)."""
+    exporter = MetricsExporter()
+    for d in METRICS:
+        metric = exporter.m[d.name]
+        if d.labels:
+            metric = metric.labels(*("x" for _ in d.labels))
+        if d.kind == "counter":
+            metric.inc()
+        elif d.kind == "gauge":
+            metric.set(0.5)
+        else:
+            metric.observe(0.5)
+    return generate_latest(exporter.registry).decode()
+
+
+def test_metric_names_pass_promtool_check_metrics() -> None:
+    text = populated_exposition()
+    families = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert {d.full_name for d in METRICS} <= families  # every metric is in the exposition
+    res = promtool("check", "metrics", stdin=text)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_promtool_check_metrics_rejects_a_bits_unit() -> None:
+    bad = "# HELP unlearn_x_bits x\n# TYPE unlearn_x_bits gauge\nunlearn_x_bits 1\n"
+    res = promtool("check", "metrics", stdin=bad)
+    assert res.returncode != 0 and "unlearn_x_bits" in res.stdout + res.stderr
 
 
 def test_config_and_rules_are_valid() -> None:

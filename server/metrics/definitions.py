@@ -1,7 +1,7 @@
 """Every exported metric: name, type, help, labels and buckets (``docs/metrics.md``).
 
 Names carry the ``unlearn_`` prefix and follow Prometheus conventions: base units in the name
-(``_seconds``, ``_bytes``, ``_bits``), ``_total`` counters, ``_ratio`` only for dimensionless
+(``_seconds``, ``_bytes``), ``_total`` counters, ``_ratio`` only for dimensionless
 shares and scores in [0, 1] (accuracy, AUC, TPR, budget used, relative distance). A number
 measured on both the released head and a head retrained from scratch is one metric with the
 label ``model="ours"|"retrained"``. No ``_created`` series; the process collector's
@@ -147,7 +147,7 @@ METRICS: tuple[MetricDef, ...] = (
         feature_mmd2="Unbiased MMD^2 (RBF, frozen median bandwidth).",
         feature_mmd2_p_value="Permutation p-value of the MMD^2.",
         label_tv_distance="Total variation between label distributions.",
-        label_js_divergence_bits="Jensen-Shannon divergence of labels, bits.",
+        label_js_divergence="Jensen-Shannon divergence of labels (log base 2: 0 to 1).",
         label_chi2_p_value="Chi-square homogeneity p-value of label counts.",
     ),
     _g(
@@ -156,9 +156,9 @@ METRICS: tuple[MetricDef, ...] = (
         "model",
     ),
     _g(
-        "prediction_js_divergence_bits",
-        "Jensen-Shannon divergence (bits) of the head's predicted test labels from the "
-        "initial head's.",
+        "prediction_js_divergence",
+        "Jensen-Shannon divergence (log base 2: 0 to 1) of the head's predicted test labels "
+        "from the initial head's.",
         "model",
     ),
     _c("drift_detections_total", "Alarms of the online change detectors.", "detector", "stream"),

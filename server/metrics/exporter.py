@@ -423,7 +423,7 @@ class MetricsExporter:
 
     def _prediction_shift(self, s: dict[str, Any], model: str) -> None:
         self.m["prediction_tv_distance"].labels(model=model).set(_f(s.get("tv")))
-        self.m["prediction_js_divergence_bits"].labels(model=model).set(_f(s.get("js")))
+        self.m["prediction_js_divergence"].labels(model=model).set(_f(s.get("js")))
 
     def _drift(self, d: dict[str, Any]) -> None:
         m = self.m
@@ -435,7 +435,7 @@ class MetricsExporter:
                 self._prediction_shift(s, MODELS[0])
                 continue
             m["label_tv_distance"].labels(comparison=comparison).set(_f(s.get("tv")))
-            m["label_js_divergence_bits"].labels(comparison=comparison).set(_f(s.get("js")))
+            m["label_js_divergence"].labels(comparison=comparison).set(_f(s.get("js")))
             if "chi2_p_value" in s:
                 m["label_chi2_p_value"].labels(comparison=comparison).set(_f(s["chi2_p_value"]))
         for alarm in d.get("detections", []):
