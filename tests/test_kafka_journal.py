@@ -30,6 +30,7 @@ from server.kafka.producer import scenario_requests
 from simulator.runner.federation import Federation, build_federation
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.run_state import RunState
+from simulator.state_files import read_state, write_state
 from simulator.stream.ledger import Ledger
 
 BATCH = 12
@@ -304,3 +305,83 @@ def assert_same_state(a: Any, b: Any, where: str = "") -> None:
         np.testing.assert_array_equal(a, b, err_msg=where)
     else:
         assert a == b, where
+
+
+def test_a_torn_tail_is_cut_so_later_records_are_read(initial: Federation, tmp_path: Path) -> None:
+    """A crash (or a full disk) while appending leaves part of a record; the restart must cut
+    it off, or every record appended after it would be unreadable at the next restart."""
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        state, _ = consume(fed, store, 3)
+    path = tmp_path / journal.NAME
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole[-40:-3])  # a torn append after batch 3
+    back = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, back, snapshot_every=10) as store:
+        state = store.load()
+        assert state is not None and state.batch == 3
+        assert path.read_bytes() == whole  # the tail is gone before anything is appended
+        state, prints = consume(back, store, 2, state)
+    again, loaded = restored(initial, tmp_path)
+    assert loaded is not None and loaded.batch == 5
+    assert federation_fingerprint(again) == prints[-1]
+
+
+def nudged_snapshot(folder: Path) -> None:
+    """Change the snapshot's head by one unit in the last place: its journal's replays then
+    give other heads than the journaled ones, as another BLAS or thread count could."""
+    saved = read_state(folder / "checkpoint.npz")
+    W = saved["federation"]["head"]["W"]
+    W[0, 0] = np.nextafter(W[0, 0], np.inf)
+    write_state(folder / "checkpoint.npz", saved, fsync=False)
+
+
+def test_a_replay_that_does_not_reproduce_the_head_installs_the_journaled_one(
+    initial: Federation, tmp_path: Path
+) -> None:
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        state, _ = consume(fed, store, 6)  # a snapshot after batch 1, then 5 records
+    nudged_snapshot(tmp_path)
+    back = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, back, snapshot_every=10) as store:
+        loaded = store.load()
+        assert store.recovered is not None
+        assert "batch(es) 2-6" in store.recovered and "installed the journaled heads" in (
+            store.recovered
+        )
+        assert store.journaled == 0  # the recovered state was snapshotted at once
+    assert loaded is not None and loaded.batch == 6 and loaded.ledger == state.ledger
+    # the published head, exactly; its charge never below the published one, and it bounds
+    # the head's exact residual on the rows held now
+    np.testing.assert_array_equal(back.head.W, fed.head.W)
+    np.testing.assert_array_equal(back.head.b, fed.head.b)
+    assert back.head.model_version == fed.head.model_version
+    assert back.head.cumulative_residual >= fed.head.cumulative_residual
+    assert back.head.cumulative_residual >= back.head.exact_residual()
+    for cid, client in fed.clients.items():
+        np.testing.assert_array_equal(back.clients[cid].data.weights, client.data.weights)
+    again, reloaded = restored(initial, tmp_path)  # nothing left to replay
+    assert reloaded is not None and reloaded.batch == 6
+    assert federation_fingerprint(again) == federation_fingerprint(back)
+
+
+def test_records_without_a_journaled_head_keep_the_replayed_one(
+    initial: Federation, tmp_path: Path
+) -> None:
+    """Journals written before heads were journaled: the replayed head, re-measured."""
+    fed = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, fed, snapshot_every=10) as store:
+        consume(fed, store, 4)
+    path = tmp_path / journal.NAME
+    records = journal.read(path, _token(path))
+    old = [dataclasses.replace(r, released=None) for r in records]
+    path.write_bytes(b"".join(r.to_bytes() for r in old))
+    nudged_snapshot(tmp_path)
+    back = copy.deepcopy(initial)
+    with CheckpointStore(tmp_path, back, snapshot_every=10) as store:
+        loaded = store.load()
+        assert store.recovered is not None and "kept the replayed heads" in store.recovered
+    assert loaded is not None and loaded.batch == 4
+    assert back.head.model_version == fed.head.model_version
+    assert back.head.cumulative_residual >= back.head.exact_residual()

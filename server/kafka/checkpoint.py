@@ -80,7 +80,7 @@ from server.kafka.offsets import Fingerprint
 from server.kafka.wire import Incoming, OutRecord
 from simulator.errors import InputError, UnlearnSimError
 from simulator.federation import FederatedHeadData
-from simulator.head import CertifiedHead
+from simulator.head import CertifiedHead, Release
 from simulator.runner.federation import Federation
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.run_state import RunState
@@ -315,6 +315,8 @@ class CheckpointStore:
         self.last_parts: dict[str, float] = {}
         #: ledger entries written so far (a journal record carries the ones after these)
         self._ledger_size = 0
+        #: what the last load did when a replay did not reproduce a journaled head (one line)
+        self.recovered: str | None = None
         self._lock = (self.folder / "lock").open("w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -390,6 +392,7 @@ class CheckpointStore:
             consumer=consumer,
             fingerprint=federation_fingerprint(self.fed),
             also=writing,
+            released=self.fed.head.release().to_dict(),
         )
         journal.append(self.journal_path, record, fsync=self.fsync)
         self._ledger_size = len(state.ledger)
@@ -494,11 +497,43 @@ class CheckpointStore:
             raise CheckpointError(f"{self.path}: cannot restore it ({exc})") from exc
         self._token = str(saved.get("snapshot", ""))
         records = journal.read(self.journal_path, self._token) if self._token else []
+        journal.trim(self.journal_path, fsync=self.fsync)  # a torn tail: appends go after it
+        diverged: list[JournalRecord] = []
         for record in records:
-            state = self._replay(state, record)
+            state = self._replay(state, record, diverged)
         self.journaled = len(records)
         self._ledger_size = len(state.ledger)
+        if diverged:
+            self.recovered = self._recover(diverged)
+            self.snapshot(state)  # the recovered state, so that no later start replays again
         return state
+
+    def _recover(self, diverged: list[JournalRecord]) -> str:
+        """Make the head consistent after replays that did not reproduce it; what was done.
+
+        Each diverged record's released head was installed as it replayed
+        (:meth:`_replay`); the last is measured where it is (an exact pass and a fresh
+        Hessian at it, :meth:`~simulator.head.CertifiedHead.reanchor`). Its charge is the
+        larger of the journaled one and the measured residual, so every receipt already
+        published stays true. Records written before heads were journaled keep the replayed
+        head instead (its charge re-measured the same way).
+        """
+        exact = self.fed.head.reanchor()
+        batches = f"{diverged[0].batch}" + (f"-{diverged[-1].batch}" if len(diverged) > 1 else "")
+        kept = (
+            "installed the journaled heads"
+            if all(r.released is not None for r in diverged)
+            else "kept the replayed heads (records without a journaled head: receipts published "
+            "for these batches may differ from them in their last digits)"
+        )
+        line = (
+            f"{self.journal_path}: batch(es) {batches}, applied again, did not reproduce the "
+            f"journaled head bit for bit (other library versions or thread counts?); {kept} "
+            f"and re-measured the last one (exact residual {exact:.6g}, charge "
+            f"{self.fed.head.cumulative_residual:.6g} of budget {self.fed.head.budget:.6g})"
+        )
+        log.warning("%s", line)
+        return line
 
     def reload(self) -> ConsumerState:
         """The last saved state, installed into the federation again (a batch undone).
@@ -512,13 +547,19 @@ class CheckpointStore:
             raise CheckpointError(f"{self.folder}: no checkpoint to restore")
         return state
 
-    def _replay(self, before: ConsumerState, record: JournalRecord) -> ConsumerState:
+    def _replay(
+        self, before: ConsumerState, record: JournalRecord, diverged: list[JournalRecord]
+    ) -> ConsumerState:
         """Apply a journaled batch again on ``before``; the consumer state after it.
+
+        A batch whose head differs from the journaled fingerprint is added to ``diverged``
+        and its journaled head installed (:meth:`_recover` finishes the job).
 
         Raises
         ------
         CheckpointError
-            The batch fails, or gives another federation than the one journaled.
+            The batch fails, or answers other requests than the ones journaled (the journal
+            does not belong to this federation).
         """
         where = f"{self.journal_path}: batch {record.batch}"
         replayed = dict(before.ledger)
@@ -537,27 +578,22 @@ class CheckpointStore:
             added = [(str(r), str(s), int(v)) for r, s, v in consumer.pop(LEDGER_ADDED, [])]
             size = int(consumer.pop(LEDGER_SIZE, len(replayed)))
             after = ConsumerState.from_dict(consumer if whole else {**consumer, "ledger": {}})
+            released = None if record.released is None else Release.from_dict(record.released)
         except (UnlearnSimError, KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where} cannot be applied again ({exc})") from exc
-        if whole:
-            return self._checked(after, record, where)
-        new = [(rid, *entry) for rid, entry in _last(replayed, len(replayed) - len(before.ledger))]
-        if len(replayed) != size or new[::-1] != added:
-            raise CheckpointError(
-                f"{where}, applied again, answered other requests than the ones journaled; "
-                "start over in a new state folder"
-            )
-        after.ledger = replayed
-        return self._checked(after, record, where)
-
-    def _checked(self, after: ConsumerState, record: JournalRecord, where: str) -> ConsumerState:
-        """``after``, once the federation's fingerprint is the one ``record`` journaled."""
+        if not whole:
+            new = [(rid, *e) for rid, e in _last(replayed, len(replayed) - len(before.ledger))]
+            if len(replayed) != size or new[::-1] != added:
+                raise CheckpointError(
+                    f"{where}, applied again, answered other requests than the ones journaled "
+                    "(the journal was written for another federation); start over in a new "
+                    "state folder"
+                )
+            after.ledger = replayed
         if federation_fingerprint(self.fed) != record.fingerprint:
-            raise CheckpointError(
-                f"{where}, applied again, gave another federation than the one journaled "
-                "(the removal is not reproducible here: other library versions or thread "
-                "counts?); start over in a new state folder"
-            )
+            diverged.append(record)
+            if released is not None:
+                self.fed.head.install(released)
         return after
 
     def _check(self, scenario: str, static: str) -> None:

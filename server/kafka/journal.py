@@ -15,9 +15,12 @@ the same exactly-once outbox as after a full checkpoint.
 Format: records of ``[8-byte big-endian length][32-byte SHA-256 of the payload][payload]``,
 the payload JSON. A record cut short or with a wrong digest (a crash while appending) ends the
 journal: the batch it described was not published (publication follows the append), so its
-requests are read again from the log. Every record names the snapshot it follows (a random
-token written into the snapshot), so a journal left over from before a newer snapshot is never
-replayed on top of it. While a newer snapshot is being written in the background
+requests are read again from the log, and a restart cuts that tail off before anything is
+appended after it (:func:`trim`). Each record also holds the head released after its batch
+(``released``), so that a replay that does not reproduce it bit for bit can install the head
+that was published. Every record names the snapshot it follows (a random token written into
+the snapshot), so a journal left over from before a newer snapshot is never replayed on top of
+it. While a newer snapshot is being written in the background
 (:class:`~server.kafka.checkpoint.CheckpointStore`), a record names that one too (``also``): it
 follows both, since the newer snapshot holds the state after the records of the older one.
 Once that snapshot is on disk the journal is rewritten with the records that follow it
@@ -63,6 +66,9 @@ class JournalRecord:
     fingerprint: str
     #: snapshots being written when the record was appended, which it follows as well
     also: tuple[str, ...] = ()
+    #: the head released after the batch (:meth:`simulator.head.Release.to_dict`); None in
+    #: records written before heads were journaled
+    released: dict[str, Any] | None = None
 
     def follows(self, snapshot: str) -> bool:
         """Whether this record applies on top of the snapshot ``snapshot``."""
@@ -79,6 +85,7 @@ class JournalRecord:
                 "consumer": self.consumer,
                 "fingerprint": self.fingerprint,
                 "also": list(self.also),
+                "released": self.released,
             },
             allow_nan=True,
         ).encode()
@@ -98,6 +105,7 @@ class JournalRecord:
             consumer=data["consumer"],
             fingerprint=str(data["fingerprint"]),
             also=tuple(str(t) for t in data.get("also", ())),  # absent before background snapshots
+            released=data.get("released"),
         )
 
 
@@ -138,6 +146,22 @@ def _frames(data: bytes, start: int = 0) -> Iterator[tuple[int, int, int]]:
             return
         yield pos, begin, end
         pos = end
+
+
+def trim(path: Path, *, fsync: bool) -> int:
+    """Cut a torn or corrupt tail off the journal at ``path``; the bytes dropped.
+
+    A crash (or a full disk) while appending leaves part of a record at the end. Reading stops
+    there, so a record appended after it would never be read: a restart cuts the tail first,
+    keeping every whole record (of any snapshot) before it.
+    """
+    data = path.read_bytes() if path.exists() else b""
+    frames = list(_frames(data))
+    end = frames[-1][2] if frames else 0
+    if end == len(data):
+        return 0
+    _replace(path, data[:end], fsync=fsync)
+    return len(data) - end
 
 
 def size(path: Path) -> int:

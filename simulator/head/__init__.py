@@ -6,7 +6,13 @@ from simulator.head.certificate import (
     residual_budget,
 )
 from simulator.head.certified import CertifiedHead
-from simulator.head.config import ACCOUNTING_MODES, Accounting, HeadConfig, RemovalReport
+from simulator.head.config import (
+    ACCOUNTING_MODES,
+    Accounting,
+    HeadConfig,
+    Release,
+    RemovalReport,
+)
 from simulator.head.data import DeletionStatistics, HeadData, LocalHeadData
 from simulator.head.logistic import (
     ShardStatistics,
@@ -28,6 +34,7 @@ __all__ = [
     "HeadData",
     "HessianSolver",
     "LocalHeadData",
+    "Release",
     "RemovalReport",
     "ShardStatistics",
     "StatisticsRequest",

@@ -51,7 +51,7 @@ from simulator.head.certificate import (
     tight_bound,
     worst_case_bound,
 )
-from simulator.head.config import HeadConfig, RemovalReport
+from simulator.head.config import HeadConfig, Release, RemovalReport
 from simulator.head.data import DeletionStatistics, HeadData
 from simulator.head.gram import GramMatrix
 from simulator.head.logistic import (
@@ -317,6 +317,68 @@ class CertifiedHead:
         self._rng.bit_generator.state = state["rng"]
         self._solver.load_state_dict(state["solver"])
         self._gram.load_state_dict(state["gram"])
+
+    def release(self) -> Release:
+        """What was released (the head, its perturbation and charge): small, plain data.
+
+        A checkpoint's journal records it with every batch, so that a restart whose replay of
+        a batch does not reproduce the head bit for bit can still install the head that was
+        published (:meth:`install`).
+        """
+        return Release(
+            W=self.W,
+            b=self.b,
+            cumulative=float(self._cumulative),
+            model_version=int(self.model_version),
+            retrains=int(self.retrains),
+            removals=int(self.removals),
+            rng=_plain(self._rng.bit_generator.state),
+        )
+
+    @_kernels_only
+    def install(self, release: Release) -> None:
+        """Make ``release`` the current head: its ``W``, ``b``, charge, counters and generator.
+
+        The rest of the state (reference head, solver, carried gradient) stays what it was: a
+        caller follows the last install with :meth:`reanchor`.
+
+        Raises
+        ------
+        InputError
+            ``release`` is of another shape of head.
+        """
+        shape = (self.data.dim, self.data.columns)
+        if release.W.shape != shape or release.b.shape != shape:
+            raise InputError(f"released head {release.W.shape} != {shape}")
+        self._W = self._bk.asarray(release.W.copy())
+        self._b = self._bk.asarray(release.b.copy())
+        self._cumulative = release.cumulative
+        self.model_version = release.model_version
+        self.retrains = release.retrains
+        self.removals = release.removals
+        self._rng.bit_generator.state = release.rng
+        self._pairs = ()
+        self._anchor_fresh = False
+
+    @_kernels_only
+    def reanchor(self) -> float:
+        """Measure the current head where it is (one exact pass); the exact residual.
+
+        After :meth:`install` the carried gradient and the charge may belong to another head:
+        the exact gradient of ``W`` becomes the carried one, and the charge the larger of the
+        installed charge and the measured residual, so it bounds the residual of the head on
+        the rows held now and never falls below what was published. The solver's Hessian
+        stays where it is: it is the retained rows' Hessian at the reference head, whatever
+        ``W`` and ``b`` are (the bounds charge the gap between the two).
+        """
+        if self.data.retained_count == 0:
+            return 0.0
+        with all_blas_threads():
+            self._carried = self._gradient_exact(self._W)
+        exact = stacked_norm(self._norms(self._carried))
+        self._cumulative = max(self._cumulative, exact)
+        self._anchor_fresh = True
+        return exact
 
     # --------------------------------------------------------------- training
     def _fit(self, reason: str) -> float:

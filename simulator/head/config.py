@@ -1,11 +1,16 @@
-"""Settings of the certified head and the report each removal returns."""
+"""Settings of the certified head, the report each removal returns and a released head."""
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from simulator.errors import ConfigError
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.errors import ConfigError, InputError
 from simulator.head.certificate import residual_budget
 
 Accounting = Literal["anchored", "guo", "worst", "exact"]
@@ -158,3 +163,59 @@ class RemovalReport:
     anchored: bool = False
     corrections: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """A released head as published: what a checkpoint's journal records with every batch.
+
+    ``W`` and ``b`` (d x columns), the charge of ``W`` (``cumulative``), the counters and the
+    state of the generator of future perturbations (:meth:`CertifiedHead.release`,
+    :meth:`CertifiedHead.install`).
+    """
+
+    W: NDArray[np.float64]
+    b: NDArray[np.float64]
+    cumulative: float
+    model_version: int
+    retrains: int
+    removals: int
+    rng: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (the arrays as base64 of their little-endian float64 bytes)."""
+        return {
+            "shape": list(self.W.shape),
+            "W": _packed(self.W),
+            "b": _packed(self.b),
+            "cumulative": self.cumulative,
+            "model_version": self.model_version,
+            "retrains": self.retrains,
+            "removals": self.removals,
+            "rng": self.rng,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Release:
+        """Inverse of :meth:`to_dict`."""
+        shape = tuple(int(n) for n in data["shape"])
+        return cls(
+            W=_unpacked(str(data["W"]), shape),
+            b=_unpacked(str(data["b"]), shape),
+            cumulative=float(data["cumulative"]),
+            model_version=int(data["model_version"]),
+            retrains=int(data["retrains"]),
+            removals=int(data["removals"]),
+            rng=dict(data["rng"]),
+        )
+
+
+def _packed(array: NDArray[np.float64]) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f8").tobytes()).decode()
+
+
+def _unpacked(text: str, shape: tuple[int, ...]) -> NDArray[np.float64]:
+    flat = np.frombuffer(base64.b64decode(text), dtype="<f8")
+    if flat.size != int(np.prod(shape)):
+        raise InputError(f"a released head of {flat.size} values is not of shape {shape}")
+    return flat.reshape(shape).astype(np.float64)
