@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,17 @@ def join_arrays(skeleton: Any, arrays: Any) -> Any:
     return skeleton
 
 
-def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> None:
-    """Write ``state`` to ``path`` atomically (module docstring)."""
+def write_state(
+    path: Path,
+    state: dict[str, Any],
+    *,
+    fsync: bool = True,
+    written: Callable[[], None] | None = None,
+) -> None:
+    """Write ``state`` to ``path`` atomically (module docstring).
+
+    ``written`` is called once the new file is complete, before it replaces ``path``.
+    """
     arrays: dict[str, np.ndarray] = {}
     meta = json.dumps(split_arrays(state, arrays), sort_keys=True, allow_nan=True)
     for key, array in arrays.items():
@@ -93,7 +104,8 @@ def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> Non
     names = dict(zip(arrays, members, strict=True))
     header = json.dumps({"meta": meta, "names": names})
     tmp = path.with_name(path.name + ".tmp")
-    f = tmp.open("wb")  # from here on the temporary file is this call's
+    with named_errors(tmp):
+        f = tmp.open("wb")  # from here on the temporary file is this call's
     try:
         with f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
             _write_member(archive, _META, np.frombuffer(header.encode(), dtype=np.uint8))
@@ -103,9 +115,14 @@ def write_state(path: Path, state: dict[str, Any], *, fsync: bool = True) -> Non
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
-    except BaseException:
+    except OSError as exc:
         tmp.unlink(missing_ok=True)  # the half-written file this call created
+        raise with_path(exc, tmp) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
+    if written is not None:
+        written()
     replace_file(tmp, path, fsync=fsync)
 
 
@@ -114,13 +131,36 @@ def replace_file(tmp: Path, path: Path, *, fsync: bool) -> None:
 
     With the folder synced the rename survives a machine crash, not only a process kill.
     """
-    os.replace(tmp, path)
-    if fsync:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with named_errors(path):
+        os.replace(tmp, path)
+        if fsync:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def with_path(exc: OSError, path: Path) -> OSError:
+    """``exc``, naming ``path`` when it names no file (a failed write names none).
+
+    The same class and errno, so callers catch it as before.
+    """
+    if exc.filename is not None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+
+
+@contextmanager
+def named_errors(path: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` of the block naming ``path`` (:func:`with_path`)."""
+    try:
+        yield
+    except OSError as exc:
+        named = with_path(exc, path)
+        if named is exc:
+            raise
+        raise named from exc
 
 
 def _write_member(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:

@@ -25,7 +25,8 @@ from support.kafka import apply_requests, broker, read_receipts
 from support.scenarios import LARGE, QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
 from server.kafka.broker import LocalBroker
-from server.kafka.checkpoint import KILL_AFTER_ENV, CheckpointStore
+from server.kafka import crashpoints
+from server.kafka.checkpoint import CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics
 from simulator.runner.federation import build_federation
@@ -127,7 +128,7 @@ def test_a_kill_between_the_checkpoint_and_the_run_folder_loses_nothing_locally(
         "--max-batch-requests", "16", "--max-wait", "0.2", "--idle-timeout", "2",
     ]  # fmt: skip
     with (tmp_path / "consumer.log").open("ab") as log:
-        env = {**os.environ, KILL_AFTER_ENV: "3"}  # dies right after checkpointing batch 3
+        env = {**os.environ, crashpoints.ENV: "after-save:3"}  # dies right after saving batch 3
         first = subprocess.run(command, cwd=ROOT, stdout=log, stderr=log, env=env, check=False)
         assert first.returncode == -signal.SIGKILL, (tmp_path / "consumer.log").read_text()
         events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").open()]

@@ -58,22 +58,21 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import pickle
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any, cast
 
 import numpy as np
 
-from server.kafka import journal
+from server.kafka import crashpoints, journal
 from server.kafka.errors import CheckpointError
 from server.kafka.journal import BatchInput, JournalRecord
 from server.kafka.offsets import Fingerprint
@@ -98,9 +97,6 @@ LEDGER_SIZE = "ledger_size"
 NAME = "checkpoint.npz"
 #: The previous format's file (a pickle), still read.
 LEGACY_NAME = "checkpoint.pkl"
-#: Test hook: the process SIGKILLs itself right after writing the checkpoint of this batch
-#: number (a crash between the checkpoint and the run folder; tests/test_kafka_crash.py).
-KILL_AFTER_ENV = "UNLEARNSIM_TEST_KILL_AFTER_CHECKPOINT"
 
 
 @dataclass
@@ -350,6 +346,7 @@ class CheckpointStore:
         journaled unless a snapshot is due (every ``snapshot_every`` batches). Without it (a
         save outside a batch) a snapshot is written.
         """
+        crashpoints.reached("before-journal", state.batch)
         t = time.perf_counter()
         parts = self.last_parts = {}
         with _timed(parts, "collect"):
@@ -367,8 +364,7 @@ class CheckpointStore:
             if due:
                 with _timed(parts, "copy"):
                     self._start_snapshot(state)
-        if os.environ.get(KILL_AFTER_ENV) == str(state.batch):
-            os.kill(os.getpid(), signal.SIGKILL)
+        crashpoints.reached("after-save", state.batch)
         return time.perf_counter() - t
 
     def _journal(self, state: ConsumerState, given: BatchInput) -> None:
@@ -464,8 +460,15 @@ class CheckpointStore:
                 f"({writer.error}); the journal still holds every batch"
             ) from writer.error
         self._token = writer.token
+        crashpoints.reached("snapshot-after-rename", writer.batch)
         # the records appended since it started, and only they, follow it (``also``)
-        journal.keep_from(self.journal_path, writer.journal_end, fsync=self.fsync)
+        journal.keep_from(
+            self.journal_path,
+            writer.journal_end,
+            fsync=self.fsync,
+            written=lambda: crashpoints.reached("trim-before-rename", writer.batch),
+        )
+        crashpoints.reached("after-trim", writer.batch)
         self._drop_legacy()
 
     def _drop_legacy(self) -> None:
@@ -662,7 +665,8 @@ class _SnapshotWriter:
 
     def write(self, path: Path, fsync: bool) -> None:
         try:
-            write_state(path, host_arrays(self.payload), fsync=fsync)
+            written = partial(crashpoints.reached, "snapshot-before-rename", self.batch)
+            write_state(path, host_arrays(self.payload), fsync=fsync, written=written)
         except BaseException as exc:  # handed to the consumer's thread
             self.error = exc
         finally:

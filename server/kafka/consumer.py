@@ -198,6 +198,8 @@ class DeletionConsumer:
         )
         with store:
             state = store.load()
+            if store.recovered is not None:
+                self._emit({"event": "checkpoint_recovered", "message": store.recovered})
             resumed = state is not None
             self.state = state = state or ConsumerState()
             for name in COUNTERS:

@@ -33,12 +33,12 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.state_files import replace_file
+from simulator.state_files import named_errors, replace_file
 
 NAME = "journal.bin"
 _HEADER = struct.Struct(">Q32s")
@@ -111,7 +111,7 @@ class JournalRecord:
 
 def append(path: Path, record: JournalRecord, *, fsync: bool) -> None:
     """Append ``record`` to the journal at ``path`` (flushed, and fsync'd when asked)."""
-    with path.open("ab") as f:
+    with named_errors(path), path.open("ab") as f:
         f.write(record.to_bytes())
         f.flush()
         if fsync:
@@ -169,37 +169,44 @@ def size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def keep_from(path: Path, offset: int, *, fsync: bool) -> None:
+def keep_from(
+    path: Path, offset: int, *, fsync: bool, written: Callable[[], None] | None = None
+) -> None:
     """Replace the journal by its whole records from byte ``offset`` on, atomically.
 
     For a caller that knows where the records that follow a new snapshot begin (the journal's
     :func:`size` when the snapshot was taken): they are copied as they are, no JSON decoded or
     encoded again (decoding ten batches' records to drop them took 70-90 ms on the consumer's
     thread). A record cut short or with a wrong digest ends what is kept, as in :func:`read`.
+    ``written`` is called once the new journal is written, before it replaces the old one.
     """
     data = path.read_bytes() if path.exists() else b""
     frames = list(_frames(data, offset))
     kept = data[offset : frames[-1][2]] if frames else b""
-    _replace(path, kept, fsync=fsync)
+    _replace(path, kept, fsync=fsync, written=written)
 
 
-def _replace(path: Path, data: bytes, *, fsync: bool) -> None:
+def _replace(
+    path: Path, data: bytes, *, fsync: bool, written: Callable[[], None] | None = None
+) -> None:
     """Replace the journal at ``path`` by ``data`` atomically (a new file, then a rename).
 
     With ``fsync`` the folder is synced after the rename: records appended later go to the new
     file, which a crash must not swap back for the old one.
     """
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
+    with named_errors(tmp), tmp.open("wb") as f:
         f.write(data)
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+    if written is not None:
+        written()
     replace_file(tmp, path, fsync=fsync)
 
 
 def clear(path: Path, *, fsync: bool) -> None:
     """Empty the journal (after a snapshot that covers every record in it)."""
-    with path.open("wb") as f:
+    with named_errors(path), path.open("wb") as f:
         if fsync:
             os.fsync(f.fileno())
