@@ -5,6 +5,7 @@ that adds its parser and sets ``handler``; this module only assembles them.
 
     unlearnsim run SCENARIO [--set key.path=value ...] [--output DIR] [--no-progress]
     unlearnsim validate FILE [FILE ...]
+    unlearnsim --version
 
 User errors (a bad scenario, option, file or port) print one ``error:`` line per problem and
 exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead. Output that
@@ -35,10 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="unlearnsim",
         description="Federated, streaming machine-unlearning simulator (DecoRemoval).",
     )
+    p.add_argument("--version", action="version", version=f"unlearnsim {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"server.commands.{name}").register(sub)
     return p
+
+
+def version() -> str:
+    """The installed package's version (``unknown`` when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("unlearnsim")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,9 @@ Then:
   in it is one of the writer's outputs; otherwise a one-line
   :class:`~simulator.errors.ConfigError` says why, and nothing is touched;
 * :func:`clear` — delete exactly those entries (sub-folders whole, symlinks as links);
+* :func:`claim` — a folder for a writer that replaces its earlier output only when told
+  (``--overwrite``): refused when not empty otherwise, suggesting ``--overwrite`` only where
+  it would work and saying why it would not elsewhere;
 * :func:`check_overwrite` — a writer of a fixed set of files may replace one of them only in a
   folder that carries its marker (or where none of them exists yet).
 """
@@ -74,6 +77,19 @@ def protected_folders(keep: Iterable[str | Path] = ()) -> list[tuple[Path, str]]
     return out
 
 
+def protected_reason(folder: str | Path, keep: Iterable[str | Path] = ()) -> str | None:
+    """Why ``folder`` is never cleared (a root, or is or holds a protected folder), or None."""
+    target = Path(folder).expanduser().resolve()
+    if target.parent == target:
+        return f"{folder} is a filesystem root; it is never cleared"
+    for path, what in protected_folders(keep):
+        if path == target:
+            return f"{folder} is {what}; it is never cleared"
+        if path.is_relative_to(target):
+            return f"{folder} holds {what} ({path}); it is never cleared"
+    return None
+
+
 def refuse_protected(folder: str | Path, option: str, keep: Iterable[str | Path] = ()) -> None:
     """Refuse to clear ``folder`` when it is or holds a protected folder.
 
@@ -83,14 +99,27 @@ def refuse_protected(folder: str | Path, option: str, keep: Iterable[str | Path]
         Naming ``option``: ``folder`` is a filesystem root, or is (or holds) the working
         directory, a home directory or the folder of a file in ``keep``.
     """
-    target = Path(folder).expanduser().resolve()
-    if target.parent == target:
-        raise ConfigError(f"{folder} is a filesystem root; it is never cleared", option)
-    for path, what in protected_folders(keep):
-        if path == target:
-            raise ConfigError(f"{folder} is {what}; it is never cleared", option)
-        if path.is_relative_to(target):
-            raise ConfigError(f"{folder} holds {what} ({path}); it is never cleared", option)
+    reason = protected_reason(folder, keep)
+    if reason is not None:
+        raise ConfigError(reason, option)
+
+
+def foreign_reason(folder: Path, outputs: Outputs) -> str | None:
+    """Why the non-empty ``folder`` is not the writer's to clear, or None when it is.
+
+    It carries no marker of the writer, or it holds entries the writer does not write (the
+    first few are named).
+    """
+    entries = sorted(folder.iterdir())
+    if not entries:
+        return None
+    if not outputs.proof(folder):
+        return f"{folder} is not a {outputs.kind} (it holds no {outputs.marker})"
+    strays = [e.name + ("/" if e.is_dir() else "") for e in entries if not outputs.owns(e)]
+    if strays:
+        named = ", ".join(strays[:3]) + (f" and {len(strays) - 3} more" if len(strays) > 3 else "")
+        return f"{folder} holds what is not a {outputs.kind}'s ({named})"
+    return None
 
 
 def clearable(folder: Path, outputs: Outputs, option: str) -> list[Path]:
@@ -100,26 +129,75 @@ def clearable(folder: Path, outputs: Outputs, option: str) -> list[Path]:
     ------
     ConfigError
         Naming ``option``: the folder is not empty and carries no marker of the writer, or it
-        holds entries the writer does not write (the first few are named).
+        holds entries the writer does not write (:func:`foreign_reason`).
     """
-    entries = sorted(folder.iterdir())
-    if not entries:
-        return []
-    if not outputs.proof(folder):
+    reason = foreign_reason(folder, outputs)
+    if reason is not None:
+        what = "move them or " if "holds what" in reason else ""
         raise ConfigError(
-            f"{folder} is not a {outputs.kind} (it holds no {outputs.marker}); nothing was "
-            "deleted: choose a new or empty folder",
-            option,
+            f"{reason}; nothing was deleted: {what}choose a new or empty folder", option
         )
-    strays = [e.name + ("/" if e.is_dir() else "") for e in entries if not outputs.owns(e)]
-    if strays:
-        named = ", ".join(strays[:3]) + (f" and {len(strays) - 3} more" if len(strays) > 3 else "")
-        raise ConfigError(
-            f"{folder} holds what is not a {outputs.kind}'s ({named}); nothing was deleted: "
-            "move them or choose a new or empty folder",
-            option,
-        )
-    return entries
+    return sorted(folder.iterdir())
+
+
+def claim(
+    folder: str | Path,
+    outputs: Outputs,
+    option: str,
+    *,
+    overwrite: bool = False,
+    keep: Iterable[str | Path] = (),
+    instead: str = "choose a new or empty folder",
+) -> Path:
+    """Make ``folder`` ready for the writer: absent or empty, or cleared with ``overwrite``.
+
+    A non-empty folder is refused without ``overwrite``; the refusal suggests ``--overwrite``
+    only when it would work (the folder is the writer's and not protected), and otherwise
+    says why it would not. With ``overwrite`` the writer's folder is cleared
+    (:func:`clearable`, :func:`clear`); anything else is refused and nothing is deleted.
+
+    Parameters
+    ----------
+    folder : the folder the user named.
+    outputs : what the writer writes there.
+    option : the option that named it (``--output``), for messages.
+    overwrite : clear an earlier output of the writer first.
+    keep : files whose folder is never cleared (the scenario being run).
+    instead : what else the user may do, for the refusal (``leave out --output ...``).
+
+    Returns
+    -------
+    Path
+        The folder, created.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option`` (module docstring). Nothing is deleted then.
+    """
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path} exists and is not a folder", option)
+    if path.is_dir() and any(path.iterdir()):
+        keep = tuple(keep)
+        reason = protected_reason(path, keep) or foreign_reason(path, outputs)
+        if reason is not None and not overwrite:
+            raise ConfigError(
+                f"{path} is not empty, and --overwrite would not clear it: {reason}; {instead}",
+                option,
+            )
+        if reason is not None:
+            refuse_protected(path, option, keep)
+            clearable(path, outputs, option)  # raises, naming what is in the way
+        if not overwrite:
+            raise ConfigError(
+                f"{path} holds an earlier {outputs.kind}; give --overwrite to replace it, or "
+                f"{instead}",
+                option,
+            )
+        clear(clearable(path, outputs, option))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def clear(entries: Iterable[Path]) -> None:
@@ -155,8 +233,11 @@ def check_overwrite(folder: Path, outputs: Outputs, option: str) -> None:
 __all__ = [
     "Outputs",
     "check_overwrite",
+    "claim",
     "clear",
     "clearable",
+    "foreign_reason",
     "protected_folders",
+    "protected_reason",
     "refuse_protected",
 ]

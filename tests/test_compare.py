@@ -298,9 +298,51 @@ def test_compare_never_writes_over_files_it_did_not_write(
     assert main(argv) == 2
     assert time.perf_counter() - started < 30  # refused before fitting
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"error: --output: {theirs} already holds fits.json and is not a ")
+    assert line.startswith(f"error: --output: {theirs} is not empty, and --overwrite would not ")
+    assert "is not a comparison folder" in line
     assert (theirs / "table.md").read_text() == "my table\n"
     assert sorted(p.name for p in theirs.iterdir()) == ["fits.json", "table.md"]
     with pytest.raises(ConfigError, match="is not a comparison folder"):
         retable(theirs)
     assert (theirs / "table.md").read_text() == "my table\n"
+
+
+def test_compare_refuses_an_earlier_comparison_without_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A committed results folder (copied here) is refused before any fitting, in one line."""
+    import shutil
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    results = tmp_path / "compare_mnist_3v8_ood"
+    shutil.copytree(ROOT / "results" / "compare_mnist_3v8_ood", results)
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+    started = time.perf_counter()
+    argv = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--output", str(results)]
+    assert main(argv) == 2
+    assert time.perf_counter() - started < 30  # refused before fitting
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"error: --output: {results} holds an earlier comparison folder; give --overwrite to "
+        "replace it, or leave out --output for a new folder under runs/compare/tiny_compare"
+    )
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == before
+
+
+def test_compare_writes_under_runs_by_default_and_overwrites_only_when_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    monkeypatch.chdir(tmp_path)
+    base = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--checkpoints", "6"]
+    assert main([*base, "--no-plots", "--set", "stream.phases.0.ticks=3"]) == 0
+    (folder,) = (tmp_path / "runs" / "compare" / "tiny_compare").glob("*-*")
+    assert (tmp_path / "runs" / "compare" / "tiny_compare" / "latest").resolve() == folder.resolve()
+    assert (folder / "table.md").exists() and (folder / "fits.json").exists()
+    capsys.readouterr()
+    (folder / "table.md").write_text("stale\n")
+    again = [*base, "--no-plots", "--set", "stream.phases.0.ticks=3", "--output", str(folder)]
+    assert main([*again, "--overwrite"]) == 0
+    assert (folder / "table.md").read_text() != "stale\n"

@@ -29,13 +29,13 @@ def sets(overrides: list[str]) -> list[str]:
 
 def test_broker_start_status_stop(tmp_path: Path) -> None:
     pid_file, port = tmp_path / "broker.json", free_port()
-    cmd = ["--port", str(port), "--pid-file", str(pid_file)]
-    assert main(["broker", "start", *cmd]) == 0
+    cmd = ["--pid-file", str(pid_file)]
+    assert main(["broker", "start", "--port", str(port), *cmd]) == 0
     try:
         info = json.loads(pid_file.read_text())
         assert info["bootstrap"] == f"127.0.0.1:{port}" and port_open(port)
         assert main(["broker", "status", *cmd]) == 0
-        assert main(["broker", "start", *cmd]) == 2  # one broker per pid file
+        assert main(["broker", "start", "--port", str(port), *cmd]) == 2  # one per pid file
     finally:
         assert main(["broker", "stop", *cmd]) == 0
     deadline = time.monotonic() + 5
@@ -91,7 +91,8 @@ def test_broker_never_touches_a_pid_file_it_did_not_write(
         notes = tmp_path / "notes.json"
         notes.write_text(text)
         for action in ("stop", "status", "start"):
-            assert main(["broker", action, "--pid-file", str(notes), "--port", "9"]) == 2
+            port = ["--port", "9"] if action == "start" else []
+            assert main(["broker", action, "--pid-file", str(notes), *port]) == 2
             (line,) = capsys.readouterr().err.strip().splitlines()
             assert line.startswith(f"error: --pid-file: {notes} is not a broker record")
             assert notes.read_text() == text

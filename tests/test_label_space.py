@@ -166,7 +166,7 @@ def test_validate_refuses_a_class_id_the_source_does_not_have(
         "    - {name: a, ticks: 1, rate: 1, target: {kind: class, class_id: 12}}\n",
         encoding="utf-8",
     )
-    assert main(["validate", "--schema-only", str(path)]) == 1
+    assert main(["validate", "--schema-only", str(path)]) == 2
     assert capsys.readouterr().out.strip() == (
         f"error {path}:5: stream.phases.0.target.class_id: should be a label < 10, got 12"
     )

@@ -320,3 +320,30 @@ def test_a_refused_output_makes_no_folder(
     assert "is a file, not a folder" in line
     refused(capsys, cli_args(QUICKSTART, "--output", str(taken)))
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["mine.txt", "taken"]
+
+
+def test_the_hint_suggests_overwrite_only_where_it_would_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--overwrite``: "give --overwrite" for an earlier run's folder, else why not."""
+    earlier = a_run_folder(tmp_path / "earlier")
+    line = refused(capsys, cli_args(QUICKSTART, "--output", str(earlier)))
+    assert line == (
+        f"error: --output: {earlier} holds an earlier run folder; give --overwrite to replace "
+        "it, or leave out --output for a new run folder under the scenario's output_dir"
+    )
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "mine.txt").write_text("mine\n")
+    mixed = a_run_folder(tmp_path / "mixed")
+    (mixed / "mine.txt").write_text("mine\n")
+    for folder, why in (
+        (notes, f"{notes} is not a run folder (it holds no run.json written by unlearnsim)"),
+        (mixed, f"{mixed} holds what is not a run folder's (mine.txt)"),
+    ):
+        line = refused(capsys, cli_args(QUICKSTART, "--output", str(folder)))
+        assert "give --overwrite" not in line
+        assert line.startswith(
+            f"error: --output: {folder} is not empty, and --overwrite would not clear it: {why}"
+        )
+        assert (folder / "mine.txt").read_text() == "mine\n"

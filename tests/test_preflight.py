@@ -89,7 +89,7 @@ def test_validate_prints_the_estimate_and_checks_this_machine(
     assert main(["validate", str(QUICKSTART)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"ok    {QUICKSTART}  (memory ~") and "available" in out
-    assert main(["validate", str(QUICKSTART), "--set", "rff.dim=2000000"]) == 1
+    assert main(["validate", str(QUICKSTART), "--set", "rff.dim=2000000"]) == 2
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"error {QUICKSTART}: rff.dim: the run needs about ")
     assert main(["validate", "--schema-only", str(QUICKSTART), "--set", "rff.dim=2000000"]) == 0

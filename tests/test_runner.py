@@ -221,7 +221,7 @@ def test_cli_validate_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     bad.write_text(
         "name: x\nstream: {phases: [{name: a, ticks: 1, rate: -1}]}\ndata: {source: mnist}\n"
     )
-    assert main(["validate", str(bad)]) == 1
+    assert main(["validate", str(bad)]) == 2
     assert "stream.phases.0.rate" in capsys.readouterr().out
     args = [
         "run",

@@ -115,13 +115,22 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "compare.md").write_text("my notes on the comparison\n")
-    assert main([*args, str(theirs)]) == 2
-    assert "already holds compare.md and is not a runs compare folder" in capsys.readouterr().err
-    assert (theirs / "compare.md").read_text() == "my notes on the comparison\n"
-    assert sorted(p.name for p in theirs.iterdir()) == ["compare.md"]
-    ours = tmp_path / "ours"  # a folder it wrote: written again
+    for extra in ([], ["--overwrite"]):
+        assert main([*args, str(theirs), *extra]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{theirs} is not a runs compare folder" in line
+        assert "give --overwrite" not in line  # it would not clear it
+        assert (theirs / "compare.md").read_text() == "my notes on the comparison\n"
+        assert sorted(p.name for p in theirs.iterdir()) == ["compare.md"]
+    ours = tmp_path / "ours"  # a folder it wrote: written again with --overwrite only
     assert main([*args, str(ours), "--no-plots"]) == 0
-    assert main([*args, str(ours), "--no-plots"]) == 0
+    assert main([*args, str(ours), "--no-plots"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"error: --output: {ours} holds an earlier runs compare folder; give --overwrite to "
+        "replace it, or leave out --output for a new folder under runs/runs-compare"
+    )
+    assert main([*args, str(ours), "--no-plots", "--overwrite"]) == 0
     assert (ours / "compare.md").read_text().endswith(MARK + "\n")
 
 

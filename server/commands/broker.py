@@ -48,20 +48,28 @@ def read_info(path: Path) -> dict[str, Any] | None:
 
 
 def register(sub: Any) -> None:
-    """Add the ``broker`` sub-command to the sub-parsers ``sub``."""
+    """Add ``broker start``, ``broker stop`` and ``broker status``, each with its own help."""
     p = sub.add_parser("broker", help="start or stop the bundled Kafka-compatible broker")
-    p.add_argument("action", choices=("start", "stop", "status"))
-    p.add_argument(
+    actions = p.add_subparsers(dest="action", required=True, metavar="{start,stop,status}")
+    start = actions.add_parser(
+        "start", help="start the broker on 127.0.0.1 in the background and record its PID"
+    )
+    start.add_argument(
         "--port", type=int, default=KAFKA_PORT, help="port on 127.0.0.1 (default %(default)s)"
     )
-    p.add_argument(
+    start.add_argument(
         "--storage",
         default=MEMORY_STORAGE,
         help="Tansu storage URL: %(default)s (default; lost on stop) or s3://BUCKET/ "
         "(with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ... in the environment)",
     )
-    p.add_argument("--pid-file", default=DEFAULT_FILE, help="default: %(default)s")
-    p.set_defaults(handler=handle)
+    stop = actions.add_parser("stop", help="stop the broker that start recorded")
+    status = actions.add_parser("status", help="whether the recorded broker is up (exit 1: not)")
+    for q in (start, stop, status):
+        q.add_argument(
+            "--pid-file", default=DEFAULT_FILE, help="the broker's record (default: %(default)s)"
+        )
+        q.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

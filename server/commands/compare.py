@@ -1,14 +1,16 @@
 """``unlearnsim compare SCENARIO``: every unlearning method on the same data, seeds and stream.
 
     unlearnsim compare scenarios/compare_mnist_3v8_ood.yaml --methods retrain,cr,decoremoval \
-        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output results/mnist] \
-        [--audit]
+        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output DIR] \
+        [--overwrite] [--audit]
 
 Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
 count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots, and with
 ``--audit`` ``audit.json`` and ``audit.png`` (where membership leaks:
-:mod:`simulator.compare.audit`); refused at the start when ``--output`` holds files of those
-names that a comparison did not write.
+:mod:`simulator.compare.audit`), into a new ``runs/compare/<scenario name>/<timestamp>-<id>/``
+(``latest`` points at it) or ``--output DIR``: refused before any fitting when DIR is not
+empty, unless ``--overwrite`` and DIR is an earlier comparison's folder (its ``fits.json``,
+nothing but a comparison's files: :func:`simulator.owned_files.claim`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from rich.console import Console
 
 from server.commands.run import add_scenario_input
 from simulator.errors import ConfigError
+
+#: Where a comparison writes without ``--output`` (under ``runs/``, which git ignores).
+COMPARE_ROOT = "runs/compare"
 
 
 def register(sub: Any) -> None:
@@ -50,7 +55,17 @@ def register(sub: Any) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method option, e.g. --option sisa.slices=2 (repeatable)",
     )
-    p.add_argument("--output", help="output folder (default: results/<scenario name>)")
+    p.add_argument(
+        "--output",
+        help="output folder, refused if not empty (default: a new <timestamp>-<id> folder under "
+        f"{COMPARE_ROOT}/<scenario name>, with a 'latest' link)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="clear an earlier comparison's --output folder first (only a folder holding its "
+        "fits.json and nothing but a comparison's files)",
+    )
     p.add_argument(
         "--torch-threads",
         type=int,
@@ -230,6 +245,31 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def comparison_folder(args: argparse.Namespace, name: str) -> Path:
+    """The comparison's folder: ``--output`` claimed, or a new one under :data:`COMPARE_ROOT`.
+
+    Raises
+    ------
+    ConfigError
+        ``--output`` is not empty and not an earlier comparison's to clear with
+        ``--overwrite`` (:func:`simulator.owned_files.claim`); nothing is deleted then.
+    """
+    from simulator.compare.report import comparison_outputs
+    from simulator.owned_files import claim
+    from simulator.runner.run_folder import new_run_folder
+
+    if not args.output:
+        return new_run_folder(Path(COMPARE_ROOT) / name)
+    return claim(
+        args.output,
+        comparison_outputs(),
+        "--output",
+        overwrite=args.overwrite,
+        keep=(args.scenario,),
+        instead=f"leave out --output for a new folder under {COMPARE_ROOT}/{name}",
+    )
+
+
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Compare the methods over the seeds; write and print the tables."""
     from simulator.compare import build_workload, run_comparison, write_comparison
@@ -248,10 +288,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("must be >= 1", "--seeds")
     audit = audit_config(args, methods, scenario.evaluation.lira_references)
     seeds = [scenario.seed + i for i in range(args.seeds)]
-    folder = Path(args.output) if args.output else Path("results") / scenario.name
-    from simulator.compare.report import check_comparison_output
-
-    check_comparison_output(folder)  # before hours of fitting, not after
+    folder = comparison_folder(args, scenario.name)  # before hours of fitting, not after
     console.print(f"comparing {', '.join(methods)} on {scenario.name}, seeds {seeds}")
     console.print(
         f"  regime {args.regime}: sigma {scenario.head.sigma:g}, delta {scenario.head.delta:g}, "

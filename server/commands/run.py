@@ -64,8 +64,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="clear an earlier run's --output folder first (only a folder holding a run.json "
-        "of unlearnsim and nothing but a run's files)",
+        help="clear an earlier run's (or sweep's) --output folder first (only a folder holding "
+        "a run.json of unlearnsim, or a sweep.json, and nothing but a run's files)",
     )
     p.add_argument(
         "--seeds",
@@ -93,7 +93,48 @@ def register(sub: Any) -> None:
     add_metrics_options(p)
     add_consumer_options(p)
     add_flower_options(p)
+    group_options(p, RUN_GROUPS)
     p.set_defaults(handler=handle)
+
+
+#: ``run --help``'s groups: each title and the destinations of its options, in order.
+RUN_GROUPS: dict[str, tuple[str, ...]] = {
+    "scenario": ("scenario", "overrides", "seeds", "methods", "audit"),
+    "outputs": (
+        "output", "overwrite", "no_progress", "no_plots", "metrics_port", "metrics_addr",
+        "metrics_hold",
+    ),
+    "stream": (
+        "stream", "bootstrap", "requests_topic", "receipts_topic", "dead_letter_topic", "group",
+        "state_dir", "idle_timeout", "on_offset_gap", "ready_file", "ownership",
+        "signing_key_env", "signing_key_file", "subject_rate_limit", "subject_rate_window",
+    ),
+    "federation": ("transport", "superlink", "client_timeout", "min_removal_batch"),
+    "performance": ("max_batch_requests", "max_wait", "snapshot_every", "no_fsync", "blas_threads"),
+}  # fmt: skip
+
+
+def group_options(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, ...]]) -> None:
+    """Show ``parser``'s arguments under the titled ``groups`` of its help (by destination).
+
+    The options are added where they are defined (each adapter adds its own); this only moves
+    each one into its group of the help, so ``--help`` reads by topic. An argument that no
+    group names stays where it was.
+
+    Raises
+    ------
+    KeyError
+        A group names a destination that the parser does not have.
+    """
+    actions = {a.dest: a for a in parser._actions}
+    for title, dests in groups.items():
+        group = parser.add_argument_group(title)
+        for dest in dests:
+            action = actions[dest]
+            for other in parser._action_groups:
+                if action in other._group_actions:
+                    other._group_actions.remove(action)
+            group._group_actions.append(action)
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
@@ -161,9 +202,10 @@ def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
     import copy
 
     from server.preflight import check_run
+    from simulator.owned_files import claim
     from simulator.runner.interrupt import EXIT_INTERRUPTED
-    from simulator.runner.run_folder import claim_folder, new_run_folder, tracked
-    from simulator.runner.sweep import parse_methods, sweep_plan, write_sweep
+    from simulator.runner.run_folder import new_run_folder, tracked
+    from simulator.runner.sweep import parse_methods, sweep_outputs, sweep_plan, write_sweep
     from simulator.scenario import load_scenario
 
     if uses_kafka(args, scenario):
@@ -183,7 +225,14 @@ def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
     }
     check_run(args, scenarios[plan[0]], console)
     if args.output:
-        parent = claim_folder(args.output, keep=(args.scenario,))
+        parent = claim(
+            args.output,
+            sweep_outputs(Path(args.output).expanduser()),
+            "--output",
+            overwrite=args.overwrite,
+            keep=(args.scenario,),
+            instead="leave out --output for a new sweep folder under the scenario's output_dir",
+        )
     else:
         parent = new_run_folder(Path(scenario.output_dir) / "sweeps")
     write_sweep(parent, scenario.name, plan, getattr(args, "argv", None) or [])

@@ -6,9 +6,10 @@ gets the paired verdicts per phase and metric, and its runs overlaid
 ``output_dir`` (its ``latest`` run). Prints one table
 (status, certificate verdict, every summary row; one column per run) and writes
 ``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
-(:mod:`simulator.reporting.runs_compare`) into ``--output``: refused, before anything is
-written, when that is a run folder or holds files of those names that ``runs compare`` did not
-write.
+(:mod:`simulator.reporting.runs_compare`) into a new ``runs/runs-compare/<timestamp>-<id>/``
+(``latest`` points at it) or ``--output``: refused, before anything is written, when that is
+a run folder, or is not empty and not (with ``--overwrite``) an earlier ``runs compare``
+folder.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+#: Where ``runs compare`` writes without ``--output`` (under ``runs/``, which git ignores).
+ROOT = "runs/runs-compare"
+
 
 def register(sub: Any) -> None:
     """Add ``runs compare`` to the CLI."""
@@ -29,8 +33,14 @@ def register(sub: Any) -> None:
     c.add_argument("folders", nargs="+", metavar="DIR", help="run folders (or an output_dir)")
     c.add_argument(
         "--output",
-        default="runs/compare",
-        help="folder for compare.md and the overlaid plots (default: %(default)s)",
+        help="folder for compare.md and the overlaid plots, refused if not empty (default: a "
+        f"new <timestamp>-<id> folder under {ROOT}, with a 'latest' link)",
+    )
+    c.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="clear an earlier runs compare --output folder first (only one holding its "
+        "compare.md and nothing but its files)",
     )
     c.add_argument("--no-plots", action="store_true", help="only the table")
     c.set_defaults(handler=handle)
@@ -39,15 +49,18 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Print the comparison and write its files; exit code 0."""
     from simulator.reporting.runs_compare import (
-        check_compare_output,
+        claim_compare_output,
         compare_table,
         load_run,
         plot_compare,
         write_compare,
     )
 
-    out = Path(args.output)
-    check_compare_output(out)
+    # an explicit --output is refused before anything is read; a new folder made once the
+    # inputs are read
+    given_out = (
+        claim_compare_output(Path(args.output), overwrite=args.overwrite) if args.output else None
+    )
     if len(args.folders) == 1:
         from simulator.reporting.sweep_compare import is_sweep
         from simulator.runner.run_folder import latest_folder
@@ -56,8 +69,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         latest = latest_folder(given)  # <output_dir>/sweeps: its latest sweep
         target = latest if not is_sweep(given) and latest and is_sweep(latest) else given
         if is_sweep(target):
-            return _compare_sweep(target, out, args, console)
+            return _compare_sweep(target, given_out, args, console)
     runs = [load_run(f) for f in args.folders]
+    out = given_out or output_folder()
     header, rows = compare_table(runs)
     table = Table(title=f"{len(runs)} runs")
     for i, name in enumerate(header):
@@ -73,7 +87,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _compare_sweep(parent: Path, out: Path, args: argparse.Namespace, console: Console) -> int:
+def output_folder() -> Path:
+    """A new ``<timestamp>-<id>`` folder under :data:`ROOT` (``latest`` points at it)."""
+    from simulator.runner.run_folder import new_run_folder
+
+    return new_run_folder(ROOT)
+
+
+def _compare_sweep(
+    parent: Path, given_out: Path | None, args: argparse.Namespace, console: Console
+) -> int:
     """A seeded sweep's paired verdicts, table and overlaid plots; exit code 0."""
     from simulator.errors import InputError
     from simulator.reporting.sweep_compare import (
@@ -89,6 +112,7 @@ def _compare_sweep(parent: Path, out: Path, args: argparse.Namespace, console: C
     if not sweep.runs:
         raise InputError(f"the sweep in {parent} has no run folder yet")
     rows = sweep_verdicts(sweep)
+    out = given_out or output_folder()
     table = Table(title=f"{parent}: paired over seeds, each method vs {sweep.base}")
     for i, name in enumerate(("phase", "metric", "vs", "seeds", "difference [95% t]", "p",
                               "verdict")):  # fmt: skip

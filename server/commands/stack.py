@@ -28,42 +28,45 @@ SERVER = "server"
 
 
 def register(sub: Any) -> None:
-    """Add the ``stack`` sub-command to the sub-parsers ``sub``."""
+    """Add ``stack up``, ``stack down`` and ``stack status``, each with its own help."""
     p = sub.add_parser(
         "stack",
         help="run docker/compose.yaml's services as local processes (up, down, status)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("action", choices=("up", "down", "status"))
-    p.add_argument(
+    actions = p.add_subparsers(dest="action", required=True, metavar="{up,down,status}")
+    up = actions.add_parser("up", help="start the services on 127.0.0.1 and return (or --wait)")
+    up.add_argument(
         "scenario",
         nargs="?",
-        help="up: scenario of the server and the producer (default: the compose file's)",
+        help="scenario of the server and the producer (default: the compose file's)",
     )
-    add_overrides(p)
-    p.add_argument(
-        "--dir", default=DEFAULT_DIR, help="state, logs and volumes (default %(default)s)"
-    )
-    p.add_argument("--compose", default=str(COMPOSE_FILE), help="compose file (default: ours)")
-    p.add_argument(
-        "--wait",
-        action="store_true",
-        help="up: wait until the server has finished, then print its summary",
-    )
-    p.add_argument(
+    add_overrides(up)
+    up.add_argument("--compose", default=str(COMPOSE_FILE), help="compose file (default: ours)")
+    up.add_argument(
+        "--wait", action="store_true", help="wait until the server has finished, then print "
+        "its summary",
+    )  # fmt: skip
+    up.add_argument(
         "--timeout",
         type=float,
         default=3600.0,
         help="--wait: give up after SECONDS (default %(default)g)",
     )
-    p.add_argument(
+    down = actions.add_parser("down", help="stop exactly the processes that up recorded")
+    down.add_argument(
         "-v",
         "--volumes",
         action="store_true",
-        help="down: also delete the volumes (run outputs, Prometheus data) and logs",
+        help="also delete the volumes (run outputs, Prometheus data) and logs",
     )
-    p.set_defaults(handler=handle)
+    status = actions.add_parser("status", help="each recorded service's PID and state")
+    for q in (up, down, status):
+        q.add_argument(
+            "--dir", default=DEFAULT_DIR, help="state, logs and volumes (default %(default)s)"
+        )
+        q.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

@@ -2,7 +2,8 @@
 
 Each file goes through the schema (every key, type and range, with file, line and key) and then
 the pre-flight checks of this machine (:mod:`simulator.scenario.preflight`: data files, optional
-packages, an estimate of memory and time); ``--schema-only`` skips the latter.
+packages, an estimate of memory and time); ``--schema-only`` skips the latter. Exit status 2
+when any file is refused (as every refusal of the command line), 0 when all pass.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    """Check each scenario file (schema, then pre-flight); returns 1 if any is invalid."""
+    """Check each scenario file (schema, then pre-flight); returns 2 if any is refused."""
     from simulator.scenario import load_scenario
     from simulator.scenario.preflight import preflight
 
@@ -44,4 +45,4 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             bad += 1
             for line in str(exc).splitlines():  # one line per problem
                 console.print(f"[red]error[/] {escape(line)}", highlight=False, soft_wrap=True)
-    return 1 if bad else 0
+    return 2 if bad else 0

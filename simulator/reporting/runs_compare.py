@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError, InputError
-from simulator.owned_files import Outputs, check_overwrite
+from simulator.owned_files import Outputs, check_overwrite, claim
 from simulator.reporting.flat import Scalar, read_batches
 from simulator.reporting.plot_marks import (
     LEGEND_OUTSIDE,
@@ -175,6 +175,28 @@ def check_compare_output(out: Path) -> None:
             f"{out} is a run folder; give another folder for the comparison", "--output"
         )
     check_overwrite(out, compare_outputs(), "--output")
+
+
+def claim_compare_output(out: Path, *, overwrite: bool = False) -> Path:
+    """Make ``out`` ready for ``runs compare``: never a run folder; empty, or cleared when told.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--output``: ``out`` is a run folder, or is not empty and not an earlier
+        ``runs compare`` folder to clear with ``overwrite`` (:func:`~simulator.owned_files.claim`).
+    """
+    if is_run_folder(out):
+        raise ConfigError(
+            f"{out} is a run folder; give another folder for the comparison", "--output"
+        )
+    return claim(
+        out,
+        compare_outputs(),
+        "--output",
+        overwrite=overwrite,
+        instead="leave out --output for a new folder under runs/runs-compare",
+    )
 
 
 def write_compare(out: Path, header: list[str], rows: list[list[str]], *, before: str = "") -> Path:

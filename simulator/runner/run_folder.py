@@ -37,8 +37,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ConfigError
-from simulator.owned_files import Outputs, check_overwrite, clear, clearable, refuse_protected
+from simulator.owned_files import Outputs, check_overwrite, claim
 
 MANIFEST = "run.json"
 #: ``run.json``'s ``format``: marks a folder as a run folder that unlearnsim wrote.
@@ -209,19 +208,16 @@ def claim_folder(
         (:func:`simulator.owned_files.refuse_protected`). Nothing is deleted then.
     """
     path = Path(folder).expanduser()  # as the pre-flight checked it
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{path} exists and is not a folder", "--output")
-    if path.is_dir() and any(path.iterdir()) and not resume:
-        if not overwrite:
-            raise ConfigError(
-                f"{path} is not empty; give --overwrite to clear it, or leave out --output for a "
-                "new run folder under the scenario's output_dir",
-                "--output",
-            )
-        refuse_protected(path, "--output", keep)
-        clear(clearable(path, run_outputs(), "--output"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    if resume and path.is_dir():
+        return path
+    return claim(
+        path,
+        run_outputs(),
+        "--output",
+        overwrite=overwrite,
+        keep=keep,
+        instead="leave out --output for a new run folder under the scenario's output_dir",
+    )
 
 
 def package_versions() -> dict[str, str | None]:

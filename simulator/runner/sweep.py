@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.owned_files import Outputs, foreign_reason
 
 #: The file that marks a sweep's parent folder.
 SWEEP_FILE = "sweep.json"
@@ -119,3 +120,32 @@ def sweep_runs(parent: str | Path) -> list[tuple[SweepRun, Path]]:
         if folder.is_dir():
             out.append((run, folder))
     return out
+
+
+def sweep_outputs(parent: Path) -> Outputs:
+    """What a sweep writes into its parent folder, and how an earlier sweep's is recognised.
+
+    ``sweep.json`` and the run folders it lists; the proof that ``parent`` is a sweep's: its
+    ``sweep.json`` was written by a sweep and every run folder it lists holds nothing but a
+    run's files (:func:`simulator.runner.run_folder.run_outputs`), so ``--overwrite`` deletes
+    nothing a sweep did not write.
+    """
+    from simulator.runner.run_folder import run_outputs
+
+    data = read_sweep(parent) or {}
+    names = tuple(str(item.get("folder", "")) for item in data.get("runs", []))
+    run = run_outputs()
+
+    def proof(folder: Path) -> bool:
+        if read_sweep(folder) is None:
+            return False
+        children = [folder / n for n in names if n and (folder / n).is_dir()]
+        return all(foreign_reason(c, run) is None for c in children)
+
+    return Outputs(
+        kind="sweep folder",
+        marker=f"{SWEEP_FILE} written by unlearnsim run --seeds, with only run folders",
+        proof=proof,
+        files=(SWEEP_FILE,),
+        folders=tuple(n for n in names if n),
+    )
