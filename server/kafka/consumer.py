@@ -413,6 +413,12 @@ class DeletionConsumer:
                  "kind": gap.kind, "action": "fail", "expected": gap.expected,
                  "earliest": gap.earliest, "latest": gap.latest, "skipped": 0}
             )  # fmt: skip
+            if gap.kind == "removed":
+                raise OffsetGapError(
+                    f"{gap.describe(topic)}. Requests there may never have been answered. "
+                    "Stopping instead of dropping it silently: restart with --on-offset-gap "
+                    "replay (or skip) to go on with the partitions the topic has now."
+                )
             raise OffsetGapError(
                 f"{gap.describe(topic)}. Requests there may never have been answered. Stopping "
                 "instead of skipping them silently: restart with --on-offset-gap replay to "
@@ -437,9 +443,13 @@ class DeletionConsumer:
             "replayed": replayed,
             "at": time.time(),
         }
-        log.warning("%s; %s from offset %d", gap.describe(topic), policy, resume)
-        state.offsets[gap.partition] = resume
         state.last_records.pop(gap.partition, None)
+        if gap.kind == "removed":  # nothing left to read there; the others are followed
+            log.warning("%s; %s: reading the partitions it has now", gap.describe(topic), policy)
+            state.offsets.pop(gap.partition, None)
+        else:
+            log.warning("%s; %s from offset %d", gap.describe(topic), policy, resume)
+            state.offsets[gap.partition] = resume
         state.gaps.append(record)
         for counters in (state.counters, self.session):
             counters["offset_gaps"] += 1

@@ -10,7 +10,9 @@ just before the checkpointed offset. :func:`find_gap` turns that into a :class:`
 * ``expired``: the log starts after it (retention or deletion removed unread records);
 * ``rewritten``: the offsets are there but the record before them is another one (topic
   re-created and refilled past the old position, the silent skip of a broker restart on
-  ``memory://`` storage).
+  ``memory://`` storage);
+* ``removed``: the partition no longer exists (the topic was re-created with fewer
+  partitions).
 
 The consumer stops with :class:`OffsetGapError` unless told what to do (``--on-offset-gap``):
 ``replay`` re-reads the log from its earliest offset (request ids answered before get
@@ -61,6 +63,8 @@ class Probe:
     earliest: int
     latest: int
     before: Fingerprint | None
+    #: the topic has no such partition any more
+    missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,19 @@ class Gap:
     """A checkpointed position the log no longer supports."""
 
     partition: int
-    kind: Literal["truncated", "expired", "rewritten"]
+    kind: Literal["truncated", "expired", "rewritten", "removed"]
     expected: int
     earliest: int
     latest: int
 
     def describe(self, topic: str) -> str:
         """A sentence saying what happened to the checkpointed position in ``topic``."""
+        if self.kind == "removed":
+            return (
+                f"{topic}[{self.partition}]: the checkpoint resumes at offset {self.expected}, "
+                "but the partition no longer exists (the topic was re-created with fewer "
+                "partitions)"
+            )
         what = {
             "truncated": "the log now ends before it",
             "expired": "the log now starts after it (unread records were deleted)",
@@ -94,6 +104,8 @@ class Gap:
 
     def skipped(self, policy: Policy) -> int:
         """Records never to be read under ``policy`` (as far as the log can tell)."""
+        if self.kind == "removed":  # whatever the lost partition held past it is unknown
+            return 0
         if self.kind == "expired":
             return self.earliest - self.expected
         return 0 if policy == "replay" else self.latest - self.earliest
@@ -102,6 +114,8 @@ class Gap:
 def find_gap(probe: Probe, expected: int, last: Fingerprint | None) -> Gap | None:
     """The gap between a checkpoint (``expected``, ``last``) and what the log holds, if any."""
     args = (probe.partition, expected, probe.earliest, probe.latest)
+    if probe.missing:
+        return Gap(probe.partition, "removed", *args[1:])
     if probe.latest < expected:
         return Gap(probe.partition, "truncated", *args[1:])
     if probe.earliest > expected:
@@ -208,6 +222,39 @@ class LogProbe:
 
     def _probe(self, expected: Mapping[int, int], timeout: float) -> dict[int, Probe]:
         consumer = self._open(timeout)
+        for fresh in (False, True):
+            gone = self._missing(consumer, expected, fresh=fresh)
+            found = {p: Probe(p, 0, 0, None, missing=True) for p in gone}
+            rest = {p: o for p, o in expected.items() if p not in gone}
+            try:
+                return found | (self._read(consumer, rest, timeout) if rest else {})
+            except KeyError:  # kafka-python's lookup of a partition the topic no longer has
+                if fresh:
+                    raise BrokerUnavailableError(
+                        f"{self.topic} at {self.bootstrap}: its partitions changed while "
+                        "they were probed"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _missing(
+        self, consumer: KafkaConsumer, expected: Mapping[int, int], *, fresh: bool
+    ) -> set[int]:
+        """The partitions of ``expected`` that the topic does not have.
+
+        From the cached metadata, asked again (``fresh``, or where the cache lacks one of
+        them): a topic re-created with fewer partitions.
+        """
+        known = consumer.partitions_for_topic(self.topic)
+        if not fresh and known is not None and set(expected) <= known:
+            return set()
+        consumer.topics()  # a metadata request: the cache may predate the topic's re-creation
+        known = consumer.partitions_for_topic(self.topic) or set()
+        return set(expected) - known
+
+    def _read(
+        self, consumer: KafkaConsumer, expected: Mapping[int, int], timeout: float
+    ) -> dict[int, Probe]:
+        """Earliest, latest and the record before ``expected`` of partitions that exist."""
         parts = {p: TopicPartition(self.topic, p) for p in sorted(expected)}
         consumer.unsubscribe()  # fresh partition states: no highwater of an earlier probe
         consumer.assign(list(parts.values()))
