@@ -49,6 +49,7 @@ class Outcome:
     receipts: dict[str, dict[str, Any]]
     batches: list[int]
     digest: str
+    folder: Path
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +68,23 @@ def initial() -> Federation:
 
 
 def consume(
-    broker: LocalBroker, topics: Topics, folder: Path, *options: str, kill_at: str | None = None
+    broker: LocalBroker,
+    topics: Topics,
+    folder: Path,
+    *options: str,
+    kill_at: str | None = None,
+    state: Path | None = None,
 ) -> int:
-    """Run the consumer until the backlog is answered (or it kills itself); its exit status."""
+    """Run the consumer until the backlog is answered (or it kills itself); its exit status.
+
+    Its run folder and log are in ``folder``, its state folder too unless ``state`` says.
+    """
     command = [
         sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
         "--stream", "kafka", "--bootstrap", broker.bootstrap, "--no-plots",
         "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
         "--dead-letter-topic", topics.dead_letters,
-        "--output", str(folder / "run"), "--state-dir", str(folder / "state"),
+        "--output", str(folder / "run"), "--state-dir", str(state or folder / "state"),
         "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "2",
         "--blas-threads", "1", *options,
     ]  # fmt: skip
@@ -87,7 +96,14 @@ def consume(
     return done.returncode
 
 
-def outcome(broker: LocalBroker, topics: Topics, folder: Path, initial: Federation) -> Outcome:
+def outcome(
+    broker: LocalBroker,
+    topics: Topics,
+    folder: Path,
+    initial: Federation,
+    *,
+    state: Path | None = None,
+) -> Outcome:
     receipts: dict[str, dict[str, Any]] = {}
     counts = Counter(r.request_id for r in read_receipts(broker.bootstrap, topics))
     assert max(counts.values()) == 1, "a request was answered twice"
@@ -96,9 +112,9 @@ def outcome(broker: LocalBroker, topics: Topics, folder: Path, initial: Federati
     events = [json.loads(x) for x in (folder / "run" / "events.jsonl").open()]
     batches = [e["consumer_batch"] for e in events if e["event"] == "deletion_batch"]
     fed = copy.deepcopy(initial)
-    with CheckpointStore(folder / "state", fed) as store:
+    with CheckpointStore(state or folder / "state", fed) as store:
         assert store.load() is not None
-    return Outcome(receipts, batches, state_digest(fed))
+    return Outcome(receipts, batches, state_digest(fed), folder)
 
 
 def stream(broker: LocalBroker, name: str) -> Topics:
@@ -125,6 +141,7 @@ def reference(
 def crash_and_recover(
     broker: LocalBroker, name: str, folder: Path, kills: list[str], *options: str
 ) -> Topics:
+    """Start the consumer with each kill in turn (it must die), then once more to the end."""
     topics = stream(broker, name)
     for kill_at in kills:
         status = consume(broker, topics, folder, *options, kill_at=kill_at)
@@ -165,5 +182,55 @@ def test_the_quickstart_killed_after_15_and_25_batches_recovers_exactly(
     kills = ["after-save:15", "after-save:25"]
     topics = crash_and_recover(shared_broker, "default", tmp_path, kills)
     done = outcome(shared_broker, topics, tmp_path, initial)
+    assert done.receipts == reference.receipts
+    assert done.digest == reference.digest
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs (the tests run as root, as CI does), unmounted at the end."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+#: bytes of room beyond the federation's cache and one checkpoint, and what then fails
+FULL_DISKS = {
+    "snapshot": (600_000, "the snapshot after batch 10 could not be written"),
+    "journal": (30_000, "No space left on device"),  # a journal record, cut short
+}
+
+
+@pytest.mark.parametrize("full", list(FULL_DISKS))
+def test_a_full_disk_stops_the_consumer_and_a_restart_recovers_exactly(
+    full: str,
+    shared_broker: LocalBroker,
+    initial: Federation,
+    reference: Outcome,
+    small_disk: Path,
+    tmp_path: Path,
+) -> None:
+    """The state folder on a disk with ``room`` bytes beyond the federation's cache and one
+    checkpoint: a write fails, the consumer stops (exit 2, the line names the file), and once
+    space is back the same command answers everything exactly as the reference did."""
+    room, fails = FULL_DISKS[full]
+    state = reference.folder / "state"
+    needed = sum((state / name).stat().st_size for name in ("federation.pkl", "checkpoint.npz"))
+    stats = os.statvfs(small_disk)
+    ballast = small_disk / "ballast"  # this test's own file: removed when space is back
+    ballast.write_bytes(bytes(stats.f_bavail * stats.f_frsize - needed - room))
+    topics = stream(shared_broker, f"disk-{room}")
+    assert consume(shared_broker, topics, tmp_path, state=small_disk / "state") == 2
+    log = (tmp_path / "consumer.log").read_text()
+    assert fails in log and str(small_disk / "state") in log and "Traceback" not in log
+    ballast.unlink()
+    assert consume(shared_broker, topics, tmp_path, state=small_disk / "state") == 0, (
+        tmp_path / "consumer.log"
+    ).read_text()[-3000:]
+    done = outcome(shared_broker, topics, tmp_path, initial, state=small_disk / "state")
     assert done.receipts == reference.receipts
     assert done.digest == reference.digest
