@@ -61,3 +61,18 @@ class ClientUnavailableError(UnlearnSimError, RuntimeError):
         self.action = action
         shown = "; ".join(f"client {c}: {r}" for c, r in sorted(self.clients.items()))
         super().__init__(f"{action + ': ' if action else ''}{shown}")
+
+
+class DeletionFailedError(UnlearnSimError, RuntimeError):
+    """A client's step of a deletion failed; every client of the batch is as before it.
+
+    ``client`` is the client whose step failed and ``reason`` what failed (the exception's
+    class and message). Nothing of the batch was applied anywhere (the client restored its
+    own state, the federation the other clients'), so its requests can be answered and the
+    stream goes on (:func:`simulator.runner.pipeline.apply_batch`).
+    """
+
+    def __init__(self, client: int, reason: str) -> None:
+        self.client = client
+        self.reason = reason
+        super().__init__(f"client {client} failed while deleting ({reason})")

@@ -25,12 +25,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import reduce
 from operator import add
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import InputError
+from simulator.errors import DeletionFailedError, InputError
+from simulator.federation.client import FederatedClient
 from simulator.head.backend import NUMPY, Array, Backend
 from simulator.head.data import DeletionStatistics, HeadShape, RowSource
 from simulator.head.logistic import ShardStatistics, StatisticsRequest
@@ -149,10 +150,18 @@ class FederatedHeadData(HeadShape):
         remainder sums over all clients' rows: ``max_weight`` covers the clients that were not
         asked as well (each reports its own, which a deletion elsewhere does not change).
 
+        All or nothing: when a client's step fails (:class:`DeletionFailedError`), every
+        in-process client of the batch is restored to its state before it, so nothing of the
+        batch is applied anywhere. (Clients in other processes change their state only when
+        their step succeeds; one that fails is reported as unavailable and left out of the
+        federation by the caller.)
+
         Raises
         ------
         InputError
             When an id has no live owning client.
+        DeletionFailedError
+            A client's step failed; every in-process client is as before the call.
         """
         W, W_ref = self.rows_backend.asarray(W), self.rows_backend.asarray(W_ref)
         groups = self.route(ids)
@@ -160,13 +169,24 @@ class FederatedHeadData(HeadShape):
         if orphans:
             raise InputError(f"sample ids with no live owning client: {orphans[:10]}")
         self.last_routing = {cid: len(g) for cid, g in groups.items()}
-        if self._fanout is not None:
-            answers = self._fanout.delete(groups, W=W, W_ref=W_ref)
-            parts = [answers[cid] for cid in sorted(groups)]
-        else:
-            parts = [
-                self.clients[cid].delete(g, W=W, W_ref=W_ref) for cid, g in sorted(groups.items())
-            ]
+        before = {
+            cid: client.state_dict()
+            for cid in groups
+            if isinstance(client := self.clients[cid], FederatedClient)
+        }
+        try:
+            if self._fanout is not None:
+                answers = self._fanout.delete(groups, W=W, W_ref=W_ref)
+                parts = [answers[cid] for cid in sorted(groups)]
+            else:
+                parts = [
+                    self.clients[cid].delete(g, W=W, W_ref=W_ref)
+                    for cid, g in sorted(groups.items())
+                ]
+        except DeletionFailedError:  # all or nothing: every client as before the batch
+            for cid, state in before.items():
+                cast(FederatedClient, self.clients[cid]).load_state_dict(state)
+            raise
         combined = combine_deletions(parts, self.rows_backend)
         return replace(combined, max_weight=max(combined.max_weight, self.max_weight()))
 

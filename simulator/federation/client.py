@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from simulator.arrays import FloatArray, IntArray
-from simulator.errors import InputError, UnknownSampleError
+from simulator.errors import DeletionFailedError, InputError, UnknownSampleError
 from simulator.features.decorrelation import WeightResult, fit_weights
 from simulator.federation.snapshot import (
     ClientReport,
@@ -202,6 +202,9 @@ class FederatedClient:
             An id this client does not retain (unknown or already deleted): nothing is deleted.
         InputError
             An id named twice.
+        DeletionFailedError
+            The deletion or the refit of the weights failed: the client is restored to its
+            state before the call.
         """
         unknown = self.unknown_ids(ids)
         if unknown:  # never look up, or delete twice, a row this client does not retain
@@ -211,7 +214,12 @@ class FederatedClient:
         local = np.asarray([self._local[int(i)] for i in ids], dtype=np.int64)
         rows = self.data.features[local]
         local = local[_content_order(rows)] if rows.size else local
-        out = self.data.delete(local.tolist(), W=W, W_ref=W_ref)
+        before = self.state_dict()
+        try:
+            out = self.data.delete(local.tolist(), W=W, W_ref=W_ref)
+        except Exception as exc:  # all or nothing: this client is as it was
+            self.load_state_dict(before)
+            raise DeletionFailedError(self.client_id, f"{type(exc).__name__}: {exc}") from exc
         self.deletion_batches += 1
         return out
 

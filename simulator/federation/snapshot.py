@@ -64,13 +64,14 @@ class WeightReport:
     def of(cls, result: WeightResult) -> WeightReport:
         """The report of one fit."""
         s = result.spread
-        ratio = result.objective_final / result.objective_initial
+        initial = result.objective_initial  # 0: no dependence to remove (too few rows)
+        ratio = result.objective_final / initial if initial > 0 else 1.0
         return cls(
             std=s.std,
             min=s.min,
             max=s.max,
             effective_sample_size_ratio=s.effective_sample_size_ratio,
-            objective_ratio=float(ratio) if result.objective_initial > 0 else 1.0,
+            objective_ratio=float(ratio),
             class_mass=dict(s.class_mass),
         )
 

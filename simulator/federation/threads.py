@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from simulator.arrays import FloatArray
@@ -70,6 +70,7 @@ class ThreadFanout:
         share = blas_threads_per_client(min(self.workers, len(calls)), current=blas_thread_count())
         with thread_limits(blas=share):
             futures: dict[int, Future[T]] = {c: self._pool.submit(f) for c, f in calls.items()}
+            wait(futures.values())  # every client done before any failure is raised
             return {c: future.result() for c, future in futures.items()}  # the first raises
 
     def statistics(

@@ -35,7 +35,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.errors import InputError, UnknownSampleError
+from simulator.errors import ConfigError, InputError, UnknownSampleError
 from simulator.head import anderson
 from simulator.head.accounting import RULES, Charge, anchor
 from simulator.head.backend import Array, Backend, make_backend
@@ -46,6 +46,7 @@ from simulator.head.certificate import (
     certificate_constant,
     data_dependent_bound,
     epsilon_spent,
+    gram_rounding,
     removal_gradient_bound,
     stacked_norm,
     tight_bound,
@@ -96,6 +97,11 @@ CORRECTION_RTOL = 1e-3
 #: makes the following steps solve against the bulk rows too (conjugate gradients,
 #: :meth:`CertifiedHead._correct`): the factored matrix alone then lacks too much curvature.
 CORRECTION_CONTRACTION = 0.5
+#: Newton steps a trained head whose residual is above the budget may take towards it
+#: (:meth:`CertifiedHead._within_budget`). Newton converges quadratically from the training
+#: tolerance; a residual that these steps cannot bring within the budget is at the floating-
+#: point floor of the gradient, and no head can be certified at that budget.
+TRAINING_STEPS = 8
 
 
 _P = ParamSpec("_P")
@@ -188,6 +194,10 @@ class CertifiedHead:
     _pairs: tuple[anderson.Pair, ...] = ()
     _solver: HessianSolver
     _gram: GramMatrix
+    #: rows summed into the Gram matrix's base at the last training from scratch (its rounding
+    #: allowance, :func:`~simulator.head.certificate.gram_rounding`); 0 in a head pickled
+    #: before it was kept, which :meth:`load_state_dict` reads as unknown
+    _gram_rows: int = 0
 
     def __init__(self, data: HeadData, config: HeadConfig, *, rng: np.random.Generator) -> None:
         self.data = data
@@ -263,6 +273,7 @@ class CertifiedHead:
             "anchor_fresh": bool(self._anchor_fresh),
             "cumulative": float(self._cumulative),
             "spectral": float(self._spectral),
+            "gram_rows": int(self._gram_rows),
             "since_refresh": int(self._since_refresh),
             "warm_start_ok": bool(self._warm_start_ok),
             "model_version": int(self.model_version),
@@ -305,6 +316,9 @@ class CertifiedHead:
         self._anchor_fresh = bool(state.get("anchor_fresh", False))
         self._cumulative = float(state["cumulative"])
         self._spectral = float(state["spectral"])
+        # unknown in older states: the rows of this head's own training (all of them, where a
+        # restore builds the head on its data before loading the state)
+        self._gram_rows = int(state.get("gram_rows", 0)) or self._gram_rows
         self._since_refresh = int(state["since_refresh"])
         self._warm_start_ok = bool(state["warm_start_ok"])
         self.model_version = int(state["model_version"])
@@ -416,6 +430,7 @@ class CertifiedHead:
             res = train_head(self.data, self._b, lam=cfg.lam, tol=cfg.tol, backend=self._bk)
             assert res.gram is not None
             gram = res.gram
+            self._gram_rows = self.data.retained_count  # summed afresh
         self._W = res.W
         self._W_ref = self._bk.copy(res.W if res.reference is None else res.reference)
         self._solver = HessianSolver(res.hessian, backend=self._bk, factors=res.factors)
@@ -423,6 +438,7 @@ class CertifiedHead:
         self._spectral = _spectral_upper_bound(gram, self._bk)
         self._cumulative = stacked_norm(res.gradient_norms)
         self._carried = self._gradient_exact(self._W)
+        self._within_budget(reason)
         self._anchor_fresh = True
         self._since_refresh = 0
         self._warm_start_ok = True
@@ -431,6 +447,44 @@ class CertifiedHead:
         self.last_fit_iterations = res.iterations
         self.last_fit_newton_iterations = res.newton_iterations
         return res.seconds
+
+    def _within_budget(self, reason: str) -> None:
+        """Bring a trained head's residual within the budget by Newton steps, or refuse it.
+
+        The training residual is the trained head's charge, and Guo et al.'s Theorem 3 needs
+        ``||grad L_b(w; D)|| <= eps'`` of every head released, the trained one included.
+        Training stops at ``||grad L_b(w_k)|| <= tol * n`` per class, which a small budget
+        (a small ``sigma * epsilon``) may lie below. Newton steps ``w <- w - H_ref^{-1} grad``
+        on the Hessian the training built then bring it down (quadratically), each measured
+        by an exact pass: at most :data:`TRAINING_STEPS`, stopping at the first that does not
+        lower it. The head moves away from the reference point, whose gap the bounds charge
+        as after a warm retrain's polish.
+
+        Raises
+        ------
+        ConfigError
+            The residual is still above the budget (the floating-point floor of the gradient
+            lies above it): no head can be certified with this ``head.sigma`` and
+            ``head.epsilon``.
+        """
+        floor = self.config.lam * self.data.retained_count  # H >= lam n' I (solver.py)
+        steps = 0
+        while self._cumulative > self.budget and steps < TRAINING_STEPS:
+            steps += 1
+            W = self._W - self._solver.solve(self._carried, floor=floor).step
+            gradient = self._gradient_exact(W)
+            residual = stacked_norm(self._norms(gradient))
+            if not residual < self._cumulative:  # no progress (or NaN): the floor
+                break
+            self._W, self._carried, self._cumulative = W, gradient, residual
+        if not self._cumulative <= self.budget:
+            raise ConfigError(
+                f"the head trained on {self.data.retained_count} rows ({reason}) keeps a "
+                f"gradient residual of {self._cumulative:.3g} after {steps} Newton step(s), "
+                f"above the residual budget sigma * epsilon / c = {self.budget:.3g}: no head "
+                "can be certified at this budget; raise head.sigma or head.epsilon",
+                "head.sigma",
+            )
 
     def _empty(self, reason: str) -> float:
         """No rows left: the objective is the unbounded ``b . w``; the head is reset to 0."""
@@ -441,6 +495,7 @@ class CertifiedHead:
         identities = bk.zeros((k, d, d)) + bk.eye(d)[None, :, :]
         self._solver = HessianSolver(identities, backend=bk)
         self._gram = GramMatrix(bk.zeros((d, d)), backend=bk)
+        self._gram_rows = 0
         self._spectral = 0.0
         self._cumulative = 0.0
         self._carried = bk.zeros((d, k))
@@ -746,8 +801,10 @@ class CertifiedHead:
 
         ``||w_k||``, ``||w_ref,k - w_k||``, ``||u_k||``, ``||X' u_k||`` and
         ``||X' (w_ref,k - w_k)||`` (the projections from the Gram matrix kept current by
-        downdates, ``sqrt(v^T (X'^T X') v)``: ``O(d^2 K)``, no pass over the rows) and, where
-        the carried gradient enters the step, its norms.
+        downdates, ``sqrt(v^T (X'^T X') v + c ||v||^2)`` with ``c`` the rounding allowance of
+        :func:`~simulator.head.certificate.gram_rounding`, so that they are upper bounds in
+        floating point: ``O(d^2 K)``, no pass over the rows) and, where the carried gradient
+        enters the step, its norms.
         """
         bk = self._bk
         k = step.shape[1]
@@ -758,13 +815,16 @@ class CertifiedHead:
         norms = bk.norms(stacked)
         quadratic = self._gram.quadratic(stacked[:, : 2 * k])  # steps and gaps together
         host = bk.to_numpy(bk.concat([norms, quadratic]))
+        # the computed forms err by at most gram_rounding * ||v||^2 (certificate.py)
+        rounding = gram_rounding(self._gram_rows, self.data.dim)
+        projected = host[-2 * k :] + rounding * host[: 2 * k] ** 2
         return _ColumnTerms(
             step_norms=host[:k],
             reference_gaps=host[k : 2 * k],
             head_norms=host[2 * k : 3 * k],
             carried_norms=host[3 * k : 4 * k] if carried else None,
-            projected_steps=np.sqrt(np.maximum(host[-2 * k : -k], 0.0)),
-            projected_gaps=np.sqrt(np.maximum(host[-k:], 0.0)),
+            projected_steps=np.sqrt(np.maximum(projected[:k], 0.0)),
+            projected_gaps=np.sqrt(np.maximum(projected[k:], 0.0)),
         )
 
     def _with_exact(
@@ -847,9 +907,14 @@ class CertifiedHead:
         return [self.remove([i]) for i in ids]
 
     @_kernels_only
-    def retrain(self, reason: str = "requested") -> float:
-        """Retrain from scratch on the retained rows with a fresh perturbation."""
+    def retrain(self, reason: str = "requested", *, cold: bool = False) -> float:
+        """Retrain from scratch on the retained rows with a fresh perturbation.
+
+        ``cold``: from zero, not preconditioned by the removal solver (after a failure in it).
+        """
         self.retrains += 1
+        if cold:
+            self._warm_start_ok = False
         return self._fit(reason)
 
 

@@ -18,7 +18,11 @@
    retained rows (:mod:`simulator.runner.extractor_limit`, reason ``extractor_limit``);
 5. survives client failures: the failed clients leave the federation, the head is retrained
    from scratch on the others, and each request is ``applied`` only if every one of its rows
-   was confirmed deleted (else ``rejected`` naming the failed client);
+   was confirmed deleted (else ``rejected`` naming the failed client). A removal is all or
+   nothing: a client whose step fails (an exception in its refit) leaves every client as it
+   was, and the batch's requests are ``rejected`` with the reason, kept out of the ledger so
+   that a resend is handled afresh; a head that fails (a solve that does not converge) is
+   retrained from scratch on what the clients hold;
 6. answers every request with a receipt, records fresh ones in the ledger, and builds the
    batch's event: its tick and phase from the requests it applied
    (:func:`~simulator.runner.admission.batch_place`), the removal, the certificate, the
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from simulator.errors import ClientUnavailableError
+from simulator.errors import ClientUnavailableError, DeletionFailedError, NumericalError
 from simulator.head import RemovalReport
 from simulator.runner.admission import BatchPlace, batch_place, unappliable
 from simulator.runner.batch_metrics import (
@@ -141,21 +145,16 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
     if min_rows > 1:
         ids, held = hold_small(holdings, candidates, rejected, min_rows)
     rejected.update(blocked)
-    report: RemovalReport | None = None
-    failures: dict[int, str] = {}
-    removed = ids
+    attempt = _Attempt(removed=ids)
     if ids:
         run.step(f"removal of {len(ids)} samples")
-        try:
-            report = remove_batch(fed, run, ids)
-        except ClientUnavailableError as err:
-            selection = _Selection(candidates, wanted, held)
-            failures, unconfirmed = _recover(fed, err, selection)
-            rejected.update((rid, why) for rid, why in unconfirmed.items() if rid not in rejected)
-            removed = selection.removed_unless(rejected)
-            fed.extractor.rows_since += len(removed)
+        attempt = _remove(fed, run, ids, _Selection(candidates, wanted, held), rejected)
+    report, removed, failures, failed = (
+        attempt.report, attempt.removed, attempt.failures, attempt.failed,
+    )  # fmt: skip
     removal = _Removal(report, removed, now or datetime.now(UTC))
-    receipts = _answer(fed, requests, denied, ledger, _Verdicts(fresh, rejected, held), removal)
+    verdicts = _Verdicts(fresh, rejected, held, attempt.unrecorded)
+    receipts = _answer(fed, requests, denied, ledger, verdicts, removal)
     run.forgotten.extend(removed)
     applied = [
         q
@@ -168,8 +167,7 @@ def apply_batch(  # noqa: PLR0913 (the batch entry point's keyword-only options,
         if r is not None:
             run.answered[r.status] = run.answered.get(r.status, 0) + 1
     event = _event(fed, run, requests, receipts, removal, place)
-    if failures:
-        event.update(_failure_fields(fed, failures))
+    event.update(_failure_fields(fed, failures, failed))
     reason = event.get("retrain_reason") if event.get("retrained") else None
     if reason:
         run.retrains[reason] = run.retrains.get(reason, 0) + 1
@@ -307,12 +305,82 @@ def _retrain_without_failed(fed: Federation, err: ClientUnavailableError) -> dic
 
 
 @dataclass(frozen=True)
+class _Attempt:
+    """What a batch's removal did: its report, the ids removed, and what failed.
+
+    ``failures``: clients that left the federation (id -> why); ``failed``: a removal that
+    failed as a whole (:func:`_failed_removal`); ``unrecorded``: the requests it answered
+    without recording them.
+    """
+
+    report: RemovalReport | None = None
+    removed: Sequence[int] = ()
+    failures: dict[int, str] = field(default_factory=dict)
+    failed: dict[str, Any] = field(default_factory=dict)
+    unrecorded: frozenset[str] = frozenset()
+
+
+def _remove(
+    fed: Federation,
+    run: RunState,
+    ids: Sequence[int],
+    selection: _Selection,
+    rejected: dict[str, str],
+) -> _Attempt:
+    """Remove ``ids``, surviving failed clients and failed removals (``rejected`` grows)."""
+    try:
+        return _Attempt(remove_batch(fed, run, ids), ids)
+    except ClientUnavailableError as err:
+        failures, unconfirmed = _recover(fed, err, selection)
+        rejected.update((rid, why) for rid, why in unconfirmed.items() if rid not in rejected)
+        removed = selection.removed_unless(rejected)
+        fed.extractor.rows_since += len(removed)
+        return _Attempt(None, removed, failures)
+    except (DeletionFailedError, NumericalError) as err:
+        failed, removed = _failed_removal(fed, err, ids)
+        if removed:
+            return _Attempt(None, removed, failed=failed)
+        # nothing changed: answered, not recorded (a resend is handled afresh)
+        unrecorded = {r.request_id for r in selection.pending} - set(rejected)
+        rejected.update(dict.fromkeys(unrecorded, f"not applied: {failed['reason']}"))
+        return _Attempt(None, [], failed=failed, unrecorded=frozenset(unrecorded))
+
+
+def _failed_removal(
+    fed: Federation, err: DeletionFailedError | NumericalError, ids: Sequence[int]
+) -> tuple[dict[str, Any], list[int]]:
+    """After a removal that failed: what failed, and the ids removed after all (or none).
+
+    A client's step that failed (:class:`~simulator.errors.DeletionFailedError`) changed
+    nothing anywhere: no id is removed. A head that failed (a solve that did not converge)
+    may have failed before or after the clients deleted the rows: the head is retrained from
+    scratch (cold, fresh perturbation) on whatever the clients hold now, so that it agrees
+    with them, and the ids count as removed when the clients no longer hold them.
+    """
+    if isinstance(err, DeletionFailedError):
+        reason = f"{err}; every client is as before this batch, so send the request again"
+        return {"client": err.client, "reason": reason}, []
+    fed.head.retrain("numerical", cold=True)
+    gone = len(fed.head_data.unknown_ids(ids)) == len(ids)
+    if gone:
+        fed.extractor.rows_since += len(ids)
+    done = "the rows were deleted" if gone else "nothing was deleted, so send the request again"
+    reason = f"the head failed ({err}): {done} and the head retrained from scratch"
+    return {"head": True, "reason": reason}, list(ids) if gone else []
+
+
+@dataclass(frozen=True)
 class _Verdicts:
-    """What a batch decided for its fresh requests: refusals (id -> why) and held ids."""
+    """What a batch decided for its fresh requests: refusals (id -> why) and held ids.
+
+    ``unrecorded``: refusals that stay out of the ledger (a removal that failed and changed
+    nothing: a resend of the request is handled afresh).
+    """
 
     fresh: Sequence[DeletionRequest]
     rejected: Mapping[str, str]
     held: set[str]
+    unrecorded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -342,7 +410,7 @@ def _answer(
             continue
         reason = rejected.get(req.request_id)
         outcome[req.request_id] = receipt(req, reason, fed, removal.report, now)
-        if ledger is not None:
+        if ledger is not None and req.request_id not in verdicts.unrecorded:
             ledger.record(req.request_id, "rejected" if reason else "applied", version)
     out: list[DeletionReceipt | None] = []
     first_held = set(held)
@@ -400,6 +468,7 @@ def receipt(
         scope=None if scope is None else scope.scope,
         total_epsilon_spent=None if scope is None else scope.total_epsilon,
         total_delta=None if scope is None else scope.total_delta,
+        scope_reason=None if scope is None else scope.reason,
         applied_at=applied_at,
     )
 
@@ -471,14 +540,28 @@ def extractor_retrain_fields(fed: Federation) -> dict[str, Any]:
     }
 
 
-def _failure_fields(fed: Federation, failures: Mapping[int, str]) -> dict[str, Any]:
-    """What a client-failure retrain adds to the batch's event."""
+def _failure_fields(
+    fed: Federation, failures: Mapping[int, str], failed: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What failed clients (``failures``) or a failed removal (``failed``) add to the event."""
+    out: dict[str, Any] = {}
+    if failures:
+        out["client_failures"] = {str(c): r for c, r in sorted(failures.items())}
+        out["excluded_clients"] = sorted(fed.excluded)
+        out.update(_retrain_fields(fed, "client_failed"))
+    if failed:
+        out["removal_failed"] = dict(failed)
+        if failed.get("head"):
+            out.update(_retrain_fields(fed, "numerical"))
+    return out
+
+
+def _retrain_fields(fed: Federation, reason: str) -> dict[str, Any]:
+    """What a retrain outside the method's removal (``reason``) adds to the batch's event."""
     head = fed.head
     return {
-        "client_failures": {str(c): r for c, r in sorted(failures.items())},
-        "excluded_clients": sorted(fed.excluded),
         "retrained": True,
-        "retrain_reason": "client_failed",
+        "retrain_reason": reason,
         "model_version": head.model_version,
         "retained": fed.head_data.retained_count,
         "epsilon_spent": head.epsilon_spent,
