@@ -18,8 +18,15 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 from support.heads import planted_problem
 
+from simulator.errors import ConfigError
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, certificate_constant
-from simulator.head.certificate import GAMMA_LOGISTIC, removal_gradient_bound, stacked_norm
+from simulator.head.certificate import (
+    GAMMA_LOGISTIC,
+    StepTerms,
+    removal_gradient_bound,
+    stacked_norm,
+    worst_case_bound,
+)
 from simulator.head.logistic import sigmoid
 
 
@@ -106,6 +113,42 @@ def test_worst_case_under_exact_accounting_covers_the_known_gradient() -> None:
         r = head.remove([int(i)])
         assert not r.retrained and r.residual_exact is not None
         assert r.residual_worst >= r.residual_data >= r.residual_exact
+
+
+def test_worst_case_step_bound_covers_an_overshooting_solve() -> None:
+    """``U`` must bound the step the solver returns, ``u = H^{-1} (g - e)``: with ``H >= lam n'
+    I`` and ``||g|| <= G`` that is ``||u|| <= (G + ||e||) / (lam n')``, not ``G / (lam n')``. An
+    explicit solve that overshoots (``u = 1.9 H^{-1} g``, relative residual 0.9, on the extreme
+    matrix ``H = lam n' I``) is covered: the bound is at least ``gamma a_max n' (||w_ref - w|| +
+    ||u||) ||u|| + ||e||``, what Theorem 1's chain bounds with ``||X'||_2, ||X' u|| / ||u|| <=
+    sqrt(n')``: equal to it here, up to rounding (without the solver's residual in ``U`` it is
+    1.4-1.8x too small)."""
+    lam, n, a_max = 0.1, 200, 3.0
+    g = np.random.default_rng(0).normal(size=(3, 2))
+    H = lam * n * np.eye(3)
+    u = 1.9 * np.linalg.solve(H, g)
+    e = np.linalg.norm(g - H @ u, axis=0)
+    gaps = np.array([0.5, 0.0])
+    terms = StepTerms(reference_gaps=gaps, solve_residuals=e, max_weight=a_max)
+    bound = worst_case_bound(terms, gradient_bounds=np.linalg.norm(g, axis=0), retained=n, lam=lam)
+    step = np.linalg.norm(u, axis=0)
+    assert np.all(bound >= (GAMMA_LOGISTIC * a_max * n * (gaps + step) * step + e) * (1 - 1e-12))
+
+
+def test_worst_case_covers_the_data_bound_when_the_solve_overshoots() -> None:
+    """An injected fault (the solver's factors are those of ``H / 1.5``, a tolerance of 0.9 keeps
+    the step) makes every step 1.5x too long. With a large ``b`` the margins saturate, so the
+    Hessian is ``lam n' I`` almost exactly and ``G`` is within a few percent of ``||g||``: the
+    worst case, with the solver's residual in ``U``, still covers the data-dependent bound
+    (which uses the step taken); without it, it fell below it from the first removal."""
+    head, _ = one_feature_head(lam=1.0, sigma=4000.0, positive_share=0.05, accounting="worst")
+    head._solver.rtol = 0.9
+    head._solver._factors = head._solver._factors / np.sqrt(1.5)
+    for i in np.flatnonzero(head.data.labels == 1)[:5]:
+        r = head.remove([int(i)])
+        assert not r.retrained and r.residual_exact is not None
+        assert r.residual_worst >= r.residual_data * (1 - 1e-9), (r.residual_worst, r.residual_data)
+        assert r.cumulative >= r.residual_exact
 
 
 def test_solver_residual_is_charged() -> None:
@@ -283,3 +326,33 @@ def test_training_residual_is_charged() -> None:
     assert head.cumulative_residual > 1.0  # Newton stopped early: a real training residual
     r = head.remove([int(negatives[0])])
     assert r.cumulative >= r.residual_exact
+
+
+def test_a_trained_head_is_released_within_the_budget() -> None:
+    """A budget below the training tolerance (``tol * n = 20`` here, budget 0.011): training
+    stops with a residual of 11.3, and Newton steps on the trained Hessian bring it within the
+    budget before the head is released; so do the retrains that follow. Without the steps the
+    head was released charged about 1,000x its budget."""
+    head, negatives = one_feature_head(lam=1e-3)
+    small = HeadConfig(lam=1e-3, sigma=1e-3, epsilon=50.0, tol=0.05, accounting="guo")
+    head = CertifiedHead(head.data, small, rng=np.random.default_rng(0))
+    assert head.budget < 0.012
+    assert head.cumulative_residual <= head.budget
+    assert head.cumulative_residual == head.exact_residual()  # the measured residual is charged
+    retrains = 0
+    for i in negatives[:10]:
+        r = head.remove([int(i)])
+        retrains += r.retrained
+        assert head.exact_residual() <= r.cumulative <= r.budget
+    assert retrains > 0  # the retrained heads were brought within the budget too
+
+
+def test_a_budget_below_the_gradients_rounding_is_refused() -> None:
+    """``sigma = 1e-15`` makes the budget 2.3e-16, below the floating-point floor of the
+    gradient of 400 rows (about 1e-14): no head can be certified, and set-up says which settings
+    to change instead of releasing a head charged above its budget."""
+    head, _ = one_feature_head(lam=1e-3)
+    tiny = HeadConfig(lam=1e-3, sigma=1e-15, accounting="guo")
+    with pytest.raises(ConfigError, match=r"raise head\.sigma or head\.epsilon") as refused:
+        CertifiedHead(head.data, tiny, rng=np.random.default_rng(0))
+    assert refused.value.location == "head.sigma"

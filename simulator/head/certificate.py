@@ -25,9 +25,10 @@ most 1 and sample weights at most ``a_max``:
 
 * worst case (Guo et al., Theorem 1: ``4 gamma C^2 / (lam^2 (n - 1))`` for one removal)::
 
-      r <= gamma a_max n' (||w_ref - w|| + U) U + ||e||,   U = G / (lam n')
+      r <= gamma a_max n' (||w_ref - w|| + U) U + ||e||,   U = (G + ||e||) / (lam n')
 
-  where ``G`` bounds ``||g||`` from the batch size, ``C``, ``||w||`` and the weight changes only.
+  where ``G`` bounds ``||g||`` from the batch size, ``C``, ``||w||`` and the weight changes only,
+  and ``U`` bounds the step ``||u||``: ``u = H_ref^{-1} (g - e)`` and ``H_ref >= lam n' I``.
 
 Both keep Guo et al.'s constants (``gamma = 1/4``, the whole step ``||u||`` beside the gap) so
 that the ``guo`` and ``worst`` accounting modes reproduce their paper. The tight bound charged
@@ -41,6 +42,10 @@ over the step gives, and projections through the Gram matrix ``X'^T X'`` of the 
 It is never larger than the data-dependent bound (``gamma* < gamma``, ``||X' v|| <=
 ||X'||_2 ||v||``) nor the worst case (``||X' v|| <= sqrt(n') ||v||``, ``||u|| <= U``).
 In a federation ``a_max`` is the largest weight over every client's retained rows.
+
+The projections ``||X' v||`` come from the Gram matrix kept by downdates, in floating point:
+:func:`gram_rounding` bounds that computation's error, and the projections charged are
+``sqrt(max(fl(v^T G v) + gram_rounding * ||v||^2, 0))``, upper bounds on the exact ones.
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ GAMMA_LOGISTIC = 0.25
 GAMMA_LOGISTIC_TIGHT = 1.0 / (6.0 * math.sqrt(3.0))
 #: Bound on the per-sample loss-gradient norm for logistic loss with ``||x|| <= 1``.
 C_LOGISTIC = 1.0
+#: Unit roundoff of float64: every correctly rounded operation has relative error at most this.
+UNIT_ROUNDOFF = 2.0**-53
+#: Rows are accepted up to this norm (``LocalHeadData``): 1 up to the clipping's rounding.
+ROW_NORM_LIMIT = 1.0 + 1e-9
 
 
 def certificate_constant(delta: float) -> float:
@@ -81,6 +90,57 @@ def residual_budget(*, sigma: float, epsilon: float, delta: float) -> float:
 def epsilon_spent(residual: float, *, sigma: float, delta: float) -> float:
     """Privacy spent by an accumulated residual ``beta``: ``c * beta / sigma``."""
     return certificate_constant(delta) * residual / sigma
+
+
+def rounding_gamma(k: int) -> float:
+    """``gamma_k = k u / (1 - k u)`` (Higham 2002, Lemma 3.1), infinite once ``k u >= 1/2``.
+
+    ``|prod_{i <= k} (1 + delta_i)^(+-1) - 1| <= gamma_k`` for ``|delta_i| <= u``: the relative
+    error of a sum or dot product of ``k`` terms is at most ``gamma_k`` times the sum of the
+    absolute values, in any order of evaluation (Higham, Section 3.1); ``gamma_a + gamma_b +
+    gamma_a gamma_b <= gamma_{a+b}``.
+    """
+    ku = k * UNIT_ROUNDOFF
+    return math.inf if ku >= 0.5 else ku / (1.0 - ku)
+
+
+def gram_rounding(rows: int, dim: int) -> float:
+    """``c`` with ``|fl(v^T G v) - ||X' v||^2| <= c ||v||^2`` for the Gram quadratic form.
+
+    ``G = X'^T X'`` is kept as a base ``B^`` (the Gram matrix of the ``N = rows`` rows it was
+    summed from at the last training from scratch, with the rows removed since then folded
+    out by subtraction) and ``p`` pending removed rows ``R`` (exact copies), and
+    ``||X' v||^2`` is computed as ``fl(fl(v^T fl(B^ v)) - fl(||fl(R v)||^2))``
+    (:meth:`simulator.head.gram.GramMatrix.quadratic`). With ``S = sum_{i <= N} |x_i| |x_i|^T``
+    (absolute values entrywise) and ``||x_i|| <= rho`` (:data:`ROW_NORM_LIMIT`):
+
+    1. *the base*: summing ``N`` products (any order, over any clients) errs by at most
+       ``gamma_N S`` entrywise; a fold of ``P`` rows by ``gamma_P |R|^T |R| + u |B^|``, and
+       the folded rows are disjoint, so ``|B^ - B| <= gamma_{4N} S``, ``B`` the exact Gram
+       matrix of the rows in the base (``B - R^T R = G``) and ``|B^| <= (1 + gamma_{4N}) S``;
+    2. *the form*: ``fl(v^T fl(B^ v))`` errs by ``gamma_{2d} |v|^T |B^| |v|`` (a product
+       and a dot product of ``d`` terms), ``fl(||fl(R v)||^2)`` by
+       ``gamma_{2d+p} || |R| |v| ||^2`` and the subtraction by ``u`` times both;
+    3. every term is at most a multiple of ``|v|^T S |v| = sum_i (|x_i| . |v|)^2 <=
+       rho^2 N ||v||^2`` (Cauchy-Schwarz per row), and ``p <= N``.
+
+    Adding up with ``gamma_a + gamma_b + gamma_a gamma_b <= gamma_{a+b}``:
+    ``|error| <= gamma_{5N + 4d + 2} rho^2 N ||v||^2``; the allowance takes
+    ``gamma_{6N + 4d + 4}``, whose margin also covers the rounding of the computed ``||v||``.
+    It needs no pass over the rows: ``O(1)`` here, and ``||v||`` is computed with the
+    projections. With ``N = 60,000``
+    rows of ``d = 1,024`` it is ``2.4e-6 ||v||^2``; it matters where ``||X' v||`` is many
+    orders of magnitude below ``sqrt(N) ||v||`` (rank-deficient rows and a tiny ``lam``,
+    where the step ``u`` is almost orthogonal to every row).
+
+    Parameters
+    ----------
+    rows : ``N``, the rows summed into the base at the last training from scratch.
+    dim : ``d``.
+    """
+    if rows <= 0:
+        return 0.0
+    return rounding_gamma(6 * rows + 4 * dim + 4) * ROW_NORM_LIMIT**2 * rows
 
 
 def stacked_norm(per_class: FloatArray) -> float:
@@ -177,13 +237,17 @@ def worst_case_bound(
 ) -> FloatArray:
     """Per-class worst-case residual bounds (K,) (module docstring, second formula).
 
-    ``gamma a_max n' (||w_ref - w|| + U) U + ||e||`` with ``U = G / (lam n')`` (Guo et al.
-    Theorem 1). ``gradient_bounds`` (``G``) bounds ``||g_k||`` without looking at the rows'
-    values, e.g. ``m (a_max C + lam ||w_k||) + C ||delta a||_1`` for a batch of m removals.
+    ``gamma a_max n' (||w_ref - w|| + U) U + ||e||`` with ``U = (G + ||e||) / (lam n')`` (Guo
+    et al. Theorem 1, with the solver's residual). ``gradient_bounds`` (``G``) bounds
+    ``||g_k||`` without looking at the rows' values, e.g. ``m (a_max C + lam ||w_k||) + C
+    ||delta a||_1`` for a batch of m removals. ``U`` bounds the step actually taken: the
+    solver returns ``u = H^{-1} (g - e)`` with ``e = g - H u``, and ``H >= lam n' I``, so
+    ``||u|| <= (||g|| + ||e||) / (lam n')``; a solve that overshoots (``||u||`` above
+    ``||H^{-1} g||``) is covered too.
     """
     if retained < 1:
         return np.full_like(gradient_bounds, np.inf)
-    u = gradient_bounds / (lam * retained)
+    u = (gradient_bounds + terms.solve_residuals) / (lam * retained)
     return (
         terms.gamma * terms.max_weight * retained * (terms.reference_gaps + u) * u
         + terms.solve_residuals
