@@ -24,8 +24,8 @@ import numpy as np
 from support.kafka import apply_requests, broker, read_receipts
 from support.scenarios import LARGE, QUICKSTART, ROOT, TEN_CLIENTS, scenario
 
-from server.kafka.broker import LocalBroker
 from server.kafka import crashpoints
+from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
 from server.kafka.topics import Topics

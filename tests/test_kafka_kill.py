@@ -14,12 +14,13 @@ Gram matrix, clients) is the reference's, bit for bit.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,14 +30,14 @@ from typing import Any
 import pytest
 from support.kafka import read_receipts
 from support.scenarios import QUICKSTART, ROOT, scenario
-from test_restore_exact import state_digest
+from test_restore_exact import TIGHT, state_digest
 
 from server.kafka import crashpoints
 from server.kafka.broker import LocalBroker
 from server.kafka.checkpoint import CheckpointStore
 from server.kafka.producer import replay_requests, scenario_requests
+from server.kafka.restart import load_federation
 from server.kafka.topics import Topics
-from simulator.runner.federation import Federation, build_federation
 
 BATCH = 4
 
@@ -62,9 +63,20 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBro
         b.stop()
 
 
-@pytest.fixture(scope="module")
-def initial() -> Federation:
-    return build_federation(scenario([]))
+def command(
+    broker: LocalBroker, topics: Topics, folder: Path, *options: str, state: Path | None = None
+) -> list[str]:
+    """The consumer's command line: its run folder in ``folder``, its state folder too unless
+    ``state`` says; ``options`` last (``--set``, a batch size: the last one given wins)."""
+    return [
+        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
+        "--stream", "kafka", "--bootstrap", broker.bootstrap, "--no-plots",
+        "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
+        "--dead-letter-topic", topics.dead_letters,
+        "--output", str(folder / "run"), "--state-dir", str(state or folder / "state"),
+        "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "2",
+        "--blas-threads", "1", *options,
+    ]  # fmt: skip
 
 
 def consume(
@@ -75,24 +87,13 @@ def consume(
     kill_at: str | None = None,
     state: Path | None = None,
 ) -> int:
-    """Run the consumer until the backlog is answered (or it kills itself); its exit status.
-
-    Its run folder and log are in ``folder``, its state folder too unless ``state`` says.
-    """
-    command = [
-        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
-        "--stream", "kafka", "--bootstrap", broker.bootstrap, "--no-plots",
-        "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
-        "--dead-letter-topic", topics.dead_letters,
-        "--output", str(folder / "run"), "--state-dir", str(state or folder / "state"),
-        "--max-batch-requests", str(BATCH), "--max-wait", "0.2", "--idle-timeout", "2",
-        "--blas-threads", "1", *options,
-    ]  # fmt: skip
+    """Run the consumer until the backlog is answered (or it kills itself); its exit status."""
     env = {k: v for k, v in os.environ.items() if k != crashpoints.ENV}
     if kill_at is not None:
         env[crashpoints.ENV] = kill_at
+    line = command(broker, topics, folder, *options, state=state)
     with (folder / "consumer.log").open("ab") as log:
-        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=log, env=env, check=False)
+        done = subprocess.run(line, cwd=ROOT, stdout=log, stderr=log, env=env, check=False)
     return done.returncode
 
 
@@ -100,10 +101,11 @@ def outcome(
     broker: LocalBroker,
     topics: Topics,
     folder: Path,
-    initial: Federation,
     *,
+    overrides: list[str] | None = None,
     state: Path | None = None,
 ) -> Outcome:
+    """What the consumer's runs left in ``folder`` (its state folder: ``state``)."""
     receipts: dict[str, dict[str, Any]] = {}
     counts = Counter(r.request_id for r in read_receipts(broker.bootstrap, topics))
     assert max(counts.values()) == 1, "a request was answered twice"
@@ -111,27 +113,29 @@ def outcome(
         receipts[r.request_id] = r.model_dump(exclude={"applied_at"})
     events = [json.loads(x) for x in (folder / "run" / "events.jsonl").open()]
     batches = [e["consumer_batch"] for e in events if e["event"] == "deletion_batch"]
-    fed = copy.deepcopy(initial)
-    with CheckpointStore(state or folder / "state", fed) as store:
+    state = state or folder / "state"
+    fed = load_federation(state, scenario(overrides or []))  # as the consumer built it
+    assert fed is not None
+    with CheckpointStore(state, fed) as store:
         assert store.load() is not None
     return Outcome(receipts, batches, state_digest(fed), folder)
 
 
-def stream(broker: LocalBroker, name: str) -> Topics:
+def stream(broker: LocalBroker, name: str, overrides: list[str] | None = None) -> Topics:
+    """Topics of their own for one run, holding the scenario's requests as a backlog."""
     topics = Topics(f"{name}-requests", f"{name}-receipts", f"{name}-dead-letters")
-    replay_requests(scenario_requests(scenario([])), bootstrap=broker.bootstrap, topics=topics)
+    requests = scenario_requests(scenario(overrides or []))
+    replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
     return topics
 
 
 @pytest.fixture(scope="module")
-def reference(
-    shared_broker: LocalBroker, initial: Federation, tmp_path_factory: pytest.TempPathFactory
-) -> Outcome:
+def reference(shared_broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     """The run that never crashed."""
     folder = tmp_path_factory.mktemp("reference")
     topics = stream(shared_broker, "reference")
     assert consume(shared_broker, topics, folder) == 0, (folder / "consumer.log").read_text()
-    done = outcome(shared_broker, topics, folder, initial)
+    done = outcome(shared_broker, topics, folder)
     requests = scenario_requests(scenario([]))
     assert set(done.receipts) == {r.request_id for r in requests}
     assert done.batches == list(range(1, len(done.batches) + 1))
@@ -155,7 +159,7 @@ def crash_and_recover(
 
 
 def test_a_kill_at_every_point_of_the_batch_cycle_recovers_exactly(
-    shared_broker: LocalBroker, initial: Federation, reference: Outcome, tmp_path: Path
+    shared_broker: LocalBroker, reference: Outcome, tmp_path: Path
 ) -> None:
     kills = [
         "before-journal:2",
@@ -167,7 +171,7 @@ def test_a_kill_at_every_point_of_the_batch_cycle_recovers_exactly(
         "after-save:26",
     ]
     topics = crash_and_recover(shared_broker, "points", tmp_path, kills, "--snapshot-every", "3")
-    done = outcome(shared_broker, topics, tmp_path, initial)
+    done = outcome(shared_broker, topics, tmp_path)
     assert done.receipts == reference.receipts
     assert done.batches == reference.batches  # every batch in the run folder, once
     assert done.digest == reference.digest
@@ -176,12 +180,12 @@ def test_a_kill_at_every_point_of_the_batch_cycle_recovers_exactly(
 
 
 def test_the_quickstart_killed_after_15_and_25_batches_recovers_exactly(
-    shared_broker: LocalBroker, initial: Federation, reference: Outcome, tmp_path: Path
+    shared_broker: LocalBroker, reference: Outcome, tmp_path: Path
 ) -> None:
     """The default snapshot interval (10): both kills land after a background snapshot."""
     kills = ["after-save:15", "after-save:25"]
     topics = crash_and_recover(shared_broker, "default", tmp_path, kills)
-    done = outcome(shared_broker, topics, tmp_path, initial)
+    done = outcome(shared_broker, topics, tmp_path)
     assert done.receipts == reference.receipts
     assert done.digest == reference.digest
 
@@ -209,7 +213,6 @@ FULL_DISKS = {
 def test_a_full_disk_stops_the_consumer_and_a_restart_recovers_exactly(
     full: str,
     shared_broker: LocalBroker,
-    initial: Federation,
     reference: Outcome,
     small_disk: Path,
     tmp_path: Path,
@@ -231,6 +234,58 @@ def test_a_full_disk_stops_the_consumer_and_a_restart_recovers_exactly(
     assert consume(shared_broker, topics, tmp_path, state=small_disk / "state") == 0, (
         tmp_path / "consumer.log"
     ).read_text()[-3000:]
-    done = outcome(shared_broker, topics, tmp_path, initial, state=small_disk / "state")
+    done = outcome(shared_broker, topics, tmp_path, state=small_disk / "state")
     assert done.receipts == reference.receipts
     assert done.digest == reference.digest
+
+
+#: A stream where class purges, exact passes with correction steps, bulk rows, secant pairs and
+#: a budget retrain all occur (``test_restore_exact.py``, case ``cr-bulk-corrections``).
+AT_SCALE = [*TIGHT, "method=cr"]
+
+
+def batches_done(folder: Path) -> int:
+    path = folder / "run" / "events.jsonl"
+    if not path.exists():
+        return 0
+    return sum('"deletion_batch"' in line for line in path.read_text().splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_sigkills_at_random_moments_at_scale_recover_exactly(
+    backend: str, shared_broker: LocalBroker, tmp_path: Path
+) -> None:
+    """2,165 requests in batches of 100 (snapshot every 3 batches), killed from outside at
+    random moments after random numbers of batches: the uncrashed run's receipts and state."""
+    overrides = [*AT_SCALE, f"head.backend={backend}"]
+    options = [*(a for o in overrides for a in ("--set", o)), "--max-batch-requests", "100"]
+    options += ["--snapshot-every", "3"]
+    clean = tmp_path / "reference"
+    clean.mkdir()
+    topics = stream(shared_broker, f"scale-{backend}-reference", overrides)
+    assert consume(shared_broker, topics, clean, *options) == 0
+    reference = outcome(shared_broker, topics, clean, overrides=overrides)
+
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    topics = stream(shared_broker, f"scale-{backend}", overrides)
+    rng = random.Random(7)
+    for _ in range(4):
+        at = batches_done(crashed) + rng.randint(1, 4)
+        with (crashed / "consumer.log").open("ab") as log:
+            process = subprocess.Popen(
+                command(shared_broker, topics, crashed, *options), cwd=ROOT, stdout=log,
+                stderr=log,
+            )  # fmt: skip
+            while batches_done(crashed) < at and process.poll() is None:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.3))  # anywhere in the next batch's cycle
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+    assert consume(shared_broker, topics, crashed, *options) == 0
+    done = outcome(shared_broker, topics, crashed, overrides=overrides)
+    assert done.receipts == reference.receipts
+    assert done.digest == reference.digest
+    log = (crashed / "consumer.log").read_text()
+    assert log.count("resumed from checkpoint") >= 3 and "did not reproduce" not in log
