@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from support.scenarios import LARGE, scenario
 
@@ -35,6 +33,7 @@ from simulator.runner.federation import Federation, build_federation
 from simulator.runner.pipeline import apply_batch
 from simulator.runner.run_state import RunState
 from simulator.state_files import host_arrays, read_state, write_state
+from simulator.state_files import state_digest as digest_of
 from simulator.stream.ledger import Ledger
 
 #: The benchmark's shape of stream on a small head (d = 64): a tight budget makes every batch
@@ -67,25 +66,7 @@ CASES = {
 
 def state_digest(fed: Federation) -> str:
     """A digest of the federation's whole saved state (every array bit for bit)."""
-    h = hashlib.sha256()
-
-    def walk(value: Any) -> Iterator[bytes]:
-        if isinstance(value, dict):
-            for key in sorted(value):
-                yield str(key).encode()
-                yield from walk(value[key])
-        elif isinstance(value, list | tuple):
-            for item in value:
-                yield from walk(item)
-        elif isinstance(value, np.ndarray):
-            yield str((value.dtype, value.shape)).encode()
-            yield np.ascontiguousarray(value).tobytes()
-        else:
-            yield repr(value).encode()
-
-    for chunk in walk(fed.state_dict()):
-        h.update(chunk)
-    return h.hexdigest()
+    return digest_of(fed.state_dict())
 
 
 def exercised(fed: Federation, report: Any) -> set[str]:
