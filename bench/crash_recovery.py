@@ -19,7 +19,8 @@ the reference's bit for bit (a digest of its whole state dict), the final ``epsi
 both, and each restart's time to ready (process start to its ready file: interpreter and
 imports, reloading the federation, the snapshot and the journal's replay, the log check).
 
-Usage: ``python bench/crash_recovery.py [--n-train 30000] [--requests 20000] [--kills 5]``
+Usage: ``python bench/crash_recovery.py [--n-train 30000] [--requests 20000] [--kills 5 |
+--kill-at N ...] [--scenario bench/stream_fmnist.yaml] [--no-reference]``
 Writes ``bench/results/crash-recovery-cpu.json``.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,16 +55,21 @@ from server.kafka.producer import scenario_requests  # noqa: E402
 from server.kafka.restart import load_federation  # noqa: E402
 from server.kafka.topics import Topics, ensure_topics  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
-from simulator.state_files import state_digest  # noqa: E402
 from simulator.stream import DeletionRequest  # noqa: E402
 
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
-    """The quickstart with ``--clients`` clients, ``--n-train`` rows, single-sample requests."""
+    """The quickstart with ``--clients`` clients, ``--n-train`` rows, single-sample requests.
+
+    Another ``--scenario`` (three phases of 10 ticks, like the quickstart's) keeps its rows and
+    clients; only its phases' rates are set.
+    """
     per_tick = args.requests / 25.0  # phases of 10 ticks at r, r, r/2 (plus bursts)
-    out = [f"partition.num_clients={args.clients}", f"data.synthetic.n_train={args.n_train}"]
+    out = []
+    if args.scenario.resolve() == QUICKSTART:
+        out = [f"partition.num_clients={args.clients}", f"data.synthetic.n_train={args.n_train}"]
     for i, rate in enumerate((per_tick, per_tick, per_tick / 2)):
         out += [f"stream.phases.{i}.rate={rate:.3f}", f"stream.phases.{i}.samples_per_request=1"]
     return out
@@ -102,7 +109,7 @@ def consumer_command(
     bootstrap: str, topics: Topics, folder: Path, sets: list[str], args: argparse.Namespace
 ) -> list[str]:
     return [
-        sys.executable, "-m", "server.cli", "run", str(QUICKSTART),
+        sys.executable, "-m", "server.cli", "run", str(args.scenario),
         *(a for o in sets for a in ("--set", o)),
         "--stream", "kafka", "--bootstrap", bootstrap, "--no-plots",
         "--requests-topic", topics.requests, "--receipts-topic", topics.receipts,
@@ -120,46 +127,38 @@ def batches_done(folder: Path) -> int:
     return path.read_text().count('"deletion_batch"')
 
 
-def run_to_end(command: list[str], folder: Path) -> float:
-    """Run the consumer until it exits; its wall seconds (it must exit 0)."""
-    t = time.monotonic()
-    with (folder / "consumer.log").open("ab") as log:
-        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=log, check=False)
-    if done.returncode:
-        raise RuntimeError(f"consumer exit {done.returncode}: see {folder / 'consumer.log'}")
-    return time.monotonic() - t
-
-
-def crash_and_restart(
-    command: list[str], folder: Path, kills: int, rng: random.Random
-) -> list[dict[str, float]]:
-    """Start the consumer ``kills`` times, SIGKILL each; every start's time to ready."""
-    ready, starts = folder / "state" / "ready", []
-    for _ in range(kills):
-        target = batches_done(folder) + rng.randint(3, 25)
-        with (folder / "consumer.log").open("ab") as log:
-            t = time.monotonic()
-            process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
-            to_ready = None
-            while process.poll() is None and batches_done(folder) < target:
-                if to_ready is None and ready_pid(ready) == process.pid:
-                    to_ready = time.monotonic() - t
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.5))  # anywhere in a batch's cycle
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-        starts.append(
-            {"to_ready_seconds": to_ready or float("nan"), "batches": batches_done(folder)}
-        )
-    return starts
-
-
 def ready_pid(ready: Path) -> int | None:
     """The PID in the consumer's ready file (a killed consumer's may still be there)."""
     try:
         return int(json.loads(ready.read_text())["pid"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def start(command: list[str], folder: Path, kill: int | None, rng: random.Random) -> dict[str, Any]:
+    """One start of the consumer: its time to ready, and how it ended.
+
+    ``kill``: None runs it to its end (its exit status); otherwise it is SIGKILLed once it has
+    done ``kill`` batches in all, at once, or (``kill`` < 0) after 3-25 more batches and a
+    random fraction of a second.
+    """
+    target = kill if kill is None or kill >= 0 else batches_done(folder) + rng.randint(3, 25)
+    ready = folder / "state" / "ready"
+    with (folder / "consumer.log").open("ab") as log:
+        t = time.monotonic()
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
+        to_ready = None
+        while process.poll() is None and (target is None or batches_done(folder) < target):
+            if to_ready is None and ready_pid(ready) == process.pid:
+                to_ready = time.monotonic() - t
+            time.sleep(0.005)
+        if target is None:
+            return {"to_ready_seconds": to_ready, "exit": process.returncode}
+        if kill is not None and kill < 0:
+            time.sleep(rng.uniform(0.0, 0.5))  # anywhere in a batch's cycle
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return {"to_ready_seconds": to_ready, "killed_after": batches_done(folder)}
 
 
 def receipts(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -179,21 +178,88 @@ def receipts(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     return out
 
 
-def final_state(folder: Path, sets: list[str]) -> tuple[str, float]:
-    """Digest of the checkpointed federation's whole state, and its epsilon spent."""
-    fed = load_federation(folder / "state", load_scenario(QUICKSTART, overrides=sets))
+def final_state(folder: Path, sets: list[str], scenario: Path) -> tuple[str | None, float]:
+    """Digest of the checkpointed federation's whole state (None where this checkout has no
+    digest: a baseline run of older code), and its epsilon spent."""
+    fed = load_federation(folder / "state", load_scenario(scenario, overrides=sets))
     assert fed is not None
     with CheckpointStore(folder / "state", fed) as store:
         store.load()
+    try:
+        from simulator.state_files import state_digest
+    except ImportError:
+        return None, fed.head.epsilon_spent
     return state_digest(fed.state_dict()), fed.head.epsilon_spent
+
+
+def one_run(
+    broker: LocalBroker,
+    name: str,
+    work: Path,
+    plan: tuple[list[str], list[tuple[bytes, bytes]], list[int | None]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Produce the backlog to topics of its own, start the consumer once per kill (and once to
+    its end), and collect what it answered and left."""
+    sets, records, kills = plan
+    topics = Topics(f"{name}-requests", f"{name}-receipts", f"{name}-dead-letters")
+    folder = work / name
+    built = work / "reference" / "state" / "federation.pkl"
+    (folder / "state").mkdir(parents=True)
+    if built.exists():  # the reference's federation, reloaded rather than built again
+        shutil.copy(built, folder / "state")
+    produce(broker.bootstrap, topics, records)
+    command = consumer_command(broker.bootstrap, topics, folder, sets, args)
+    rng = random.Random(args.seed)
+    starts = [start(command, folder, kill, rng) for kill in [*kills, None]]
+    got = receipts(broker.bootstrap, topics.receipts)
+    done = starts[-1]["exit"] == 0
+    digest, epsilon = final_state(folder, sets, args.scenario) if done else (None, None)
+    return {
+        "receipts": got,
+        "counts": Counter(r["request_id"] for r in got),
+        "starts": starts,
+        "digest": digest,
+        "epsilon_spent": epsilon,
+        "batches": batches_done(folder),
+    }
+
+
+def compare(
+    ref: dict[str, Any] | None, crashed: dict[str, Any], records: list[tuple[bytes, bytes]]
+) -> dict[str, Any]:
+    """Lost and twice-answered requests, and whether receipts and state equal the reference."""
+    sent = Counter(k.decode() for k, _ in records if not k.startswith(b"garbage-"))
+    fields = ("request_id", "status", "model_version", "residual", "epsilon_spent", "reason")
+
+    def answers(run: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(r.get(f) for f in fields) for r in run["receipts"]]
+
+    out = {
+        "lost": sum(max(0, n - crashed["counts"][i]) for i, n in sent.items()),
+        "answered_twice": sum(max(0, crashed["counts"][i] - n) for i, n in sent.items()),
+        "epsilon_spent": crashed["epsilon_spent"],
+        "batches": crashed["batches"],
+        "starts": crashed["starts"],
+    }
+    if ref is not None:
+        out["receipts_equal_reference"] = answers(ref) == answers(crashed)
+        out["state_equal_reference"] = (
+            ref["digest"] is not None and ref["digest"] == (crashed["digest"])
+        )
+        out["reference_epsilon_spent"] = ref["epsilon_spent"]
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n-train", type=int, default=30000)
-    p.add_argument("--clients", type=int, default=5)
+    p.add_argument("--scenario", type=Path, default=QUICKSTART)
+    p.add_argument("--n-train", type=int, default=30000, help="quickstart only")
+    p.add_argument("--clients", type=int, default=5, help="quickstart only")
     p.add_argument("--requests", type=int, default=20000, help="about this many requests")
-    p.add_argument("--kills", type=int, default=5)
+    p.add_argument("--kills", type=int, default=5, help="SIGKILLs at random moments")
+    p.add_argument("--kill-at", type=int, nargs="+", help="SIGKILL after these batch counts")
+    p.add_argument("--no-reference", action="store_true", help="only the crashed run")
     p.add_argument("--max-batch", type=int, default=200)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
@@ -202,82 +268,48 @@ def main() -> None:
     args = p.parse_args()
     origin = provenance()
     sets = overrides(args)
-    rng = random.Random(args.seed)
-    requests = scenario_requests(load_scenario(QUICKSTART, overrides=sets))
-    records = hostile_records(requests, rng)
+    requests = scenario_requests(load_scenario(args.scenario, overrides=sets))
+    records = hostile_records(requests, random.Random(args.seed))
+    kills: list[int | None] = list(args.kill_at) if args.kill_at else [-1] * args.kills
     broker = LocalBroker()
     broker.start()
-    results: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="crash-recovery-") as tmp:
-            for name in ("reference", "crashed"):
-                topics = Topics(f"{name}-requests", f"{name}-receipts", f"{name}-dead-letters")
-                folder = Path(tmp) / name
-                folder.mkdir()
-                produce(broker.bootstrap, topics, records)
-                command = consumer_command(broker.bootstrap, topics, folder, sets, args)
-                starts = (
-                    crash_and_restart(command, folder, args.kills, rng) if name == "crashed" else []
-                )
-                seconds = run_to_end(command, folder)
-                got = receipts(broker.bootstrap, topics.receipts)
-                digest, epsilon = final_state(folder, sets)
-                results[name] = {
-                    "receipts": got,
-                    "counts": Counter(r["request_id"] for r in got),
-                    "starts": starts,
-                    "last_run_seconds": seconds,
-                    "digest": digest,
-                    "epsilon_spent": epsilon,
-                    "batches": batches_done(folder),
-                }
+            plan = (sets, records, kills)
+            ref = (
+                None
+                if args.no_reference
+                else one_run(broker, "reference", Path(tmp), (sets, records, []), args)
+            )
+            crashed = one_run(broker, "crashed", Path(tmp), plan, args)
     finally:
         broker.stop()
-    ref, crashed = results["reference"], results["crashed"]
-    sent = Counter(k.decode() for k, _ in records if not k.startswith(b"garbage-"))
-    fields = ("request_id", "status", "model_version", "residual", "epsilon_spent", "reason")
-
-    def answers(run: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [tuple(r.get(f) for f in fields) for r in run["receipts"]]
-
-    summary = {
-        "requests": len(requests),
-        "records": len(records),
-        "kills": args.kills,
-        "lost": sum(max(0, n - crashed["counts"][i]) for i, n in sent.items()),
-        "answered_twice": sum(max(0, crashed["counts"][i] - n) for i, n in sent.items()),
-        "receipts_equal_reference": answers(ref) == answers(crashed),
-        "state_equal_reference": ref["digest"] == crashed["digest"],
-        "epsilon_spent": {"reference": ref["epsilon_spent"], "crashed": crashed["epsilon_spent"]},
-        "batches": ref["batches"],
-        "restarts": crashed["starts"],
-    }
-    table = Table(title=f"crash recovery: {len(requests):,} requests, {args.kills} SIGKILLs")
-    for column in ("measure", "value"):
-        table.add_column(column)
-    for key in (
-        "records",
-        "lost",
-        "answered_twice",
-        "receipts_equal_reference",
-        "state_equal_reference",
-    ):
-        table.add_row(key, str(summary[key]))
-    table.add_row(
-        "epsilon spent (reference / crashed)",
-        f"{ref['epsilon_spent']!r} / {crashed['epsilon_spent']!r}",
-    )
-    for i, start in enumerate(crashed["starts"]):
-        table.add_row(
-            f"start {i + 1}: to ready, batches done when killed",
-            f"{start['to_ready_seconds']:.2f} s, {start['batches']}",
-        )
-    Console().print(table)
+    summary = {"requests": len(requests), "records": len(records), **compare(ref, crashed, records)}
+    show(summary)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    args.out.write_text(
-        json.dumps({"provenance": origin, "settings": settings, **summary}, indent=1) + "\n"
+    document = {"provenance": origin, "settings": settings, **summary}
+    args.out.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def show(summary: dict[str, Any]) -> None:
+    kills = len(summary["starts"]) - 1
+    table = Table(title=f"crash recovery: {summary['requests']:,} requests, {kills} SIGKILLs")
+    for column in ("measure", "value"):
+        table.add_column(column)
+    for key in ("records", "lost", "answered_twice", "receipts_equal_reference"):
+        table.add_row(key, str(summary.get(key, "-")))
+    table.add_row("state_equal_reference", str(summary.get("state_equal_reference", "-")))
+    table.add_row(
+        "epsilon spent (reference / crashed)",
+        f"{summary.get('reference_epsilon_spent')!r} / {summary['epsilon_spent']!r}",
     )
+    for i, one in enumerate(summary["starts"]):
+        ready = one["to_ready_seconds"]
+        shown = "never ready" if ready is None else f"{ready:.2f} s to ready"
+        ended = f"exit {one['exit']}" if "exit" in one else f"killed after {one['killed_after']}"
+        table.add_row(f"start {i + 1}", f"{shown}; {ended}")
+    Console().print(table)
 
 
 if __name__ == "__main__":
