@@ -23,11 +23,15 @@ checkpoint or the new one, never a mix. It is a versioned state dict
 **Snapshots and the journal.** The federation's part is the head's size (170 MB at d = 1,024,
 K = 10: 0.5-0.7 s to write and fsync). So a full snapshot is written every ``snapshot_every``
 batches, and each batch in between appends a small record to ``journal.bin``
-(:mod:`server.kafka.journal`): the requests it was given, the consumer's state after it and a
-fingerprint of the federation. :meth:`CheckpointStore.load` applies the journaled batches
-again on top of the snapshot and checks each fingerprint, so a restart restores the same state
-as if every batch had been snapshotted (``snapshot_every = 1``: the old behaviour). A session
-that ends cleanly writes a snapshot, so the next start replays nothing.
+(:mod:`server.kafka.journal`): the requests it was given, the consumer's state after it, a
+fingerprint of the federation and the head it released. :meth:`CheckpointStore.load` applies
+the journaled batches again on top of the snapshot and checks each fingerprint, so a restart
+restores the same state as if every batch had been snapshotted (``snapshot_every = 1``). The
+snapshot holds every value the next batch reads as it is in memory, so on the same machine and
+environment the replay is exact; one that is not (another BLAS or thread count) installs the
+journaled head and measures it (:meth:`CheckpointStore._recover`) instead of giving up. A
+journal's torn tail (a crash while appending) is cut before anything is appended after it. A
+session that ends cleanly writes a snapshot, so the next start replays nothing.
 
 **Snapshots in the background** (``background``, the consumer's default when
 ``snapshot_every > 1``). A due snapshot no longer holds up its batch's receipts: the batch is
@@ -515,8 +519,8 @@ class CheckpointStore:
         """Make the head consistent after replays that did not reproduce it; what was done.
 
         Each diverged record's released head was installed as it replayed
-        (:meth:`_replay`); the last is measured where it is (an exact pass and a fresh
-        Hessian at it, :meth:`~simulator.head.CertifiedHead.reanchor`). Its charge is the
+        (:meth:`_replay`); the last is measured where it is (one exact pass,
+        :meth:`~simulator.head.CertifiedHead.reanchor`). Its charge is the
         larger of the journaled one and the measured residual, so every receipt already
         published stays true. Records written before heads were journaled keep the replayed
         head instead (its charge re-measured the same way).
