@@ -465,14 +465,19 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 8,
                 "What the certificate charges: anchored (the tight bound since the last exact "
                 "gradient, the default), guo (Guo et al.'s data-dependent bound, summed), worst, "
-                "or exact; the delta it holds with; and what it covers: scope head (the "
-                "extractor was trained on the clients' rows) or whole_model (extractor_data "
-                "public: nothing before the head read a client's row), with the whole model's "
-                "delta.",
+                "or exact; the delta it holds with; and what it covers: scope whole_model "
+                "(extractor_data public, or dp while the DP-SGD extractor's group bound holds), "
+                "with the whole model's delta, or head, with why the whole model is not "
+                "covered: private_extractor (model.extractor_data: public or dp would cover "
+                "it) or dp_group_vacuous (model.dp.extractor_epsilon_limit would).",
                 [
                     ("unlearn_cr_accounting_info == 1", "{{accounting}}", "none"),
                     ("unlearn_cr_delta", "delta", "sci"),
-                    ("unlearn_cr_scope_info == 1", "scope {{scope}} ({{extractor_data}})", "none"),
+                    (
+                        "unlearn_cr_scope_info == 1",
+                        "scope {{scope}} ({{extractor_data}}; not covered: {{uncovered}})",
+                        "none",
+                    ),
                     ("unlearn_cr_total_delta", "whole-model delta", "sci"),
                 ],
                 {},

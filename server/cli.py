@@ -8,8 +8,12 @@ that adds its parser and sets ``handler``; this module only assembles them.
     unlearnsim --version
 
 User errors (a bad scenario, option, file or port) print one ``error:`` line per problem and
-exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead. Output that
-is not a terminal is not wrapped at 80 columns (:func:`output_console`).
+exit 2, never a traceback; ``UNLEARNSIM_TRACEBACK=1`` shows the traceback instead. Output fits
+the terminal's width, and :data:`PIPED_WIDTH` columns when it is not a terminal
+(:func:`output_console`).
+
+A command that needs an extra that is not installed says so in one line, with the command that
+installs it (:mod:`server.extras`), and exits 2.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from server.extras import missing_extra_message
 from simulator.errors import UnlearnSimError
 
 #: Modules under ``server.commands`` that register subcommands, in help order.
@@ -69,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
     try:
         return int(args.handler(args, output_console()))
+    except ModuleNotFoundError as exc:  # a module of an extra that is not installed: one line
+        message = missing_extra_message(exc, f"unlearnsim {args.command}")
+        if message is None or os.environ.get("UNLEARNSIM_TRACEBACK"):
+            raise
+        return report_error(message)
     except (UnlearnSimError, OSError) as exc:
         if os.environ.get("UNLEARNSIM_TRACEBACK"):  # for debugging: the full traceback
             raise
@@ -79,9 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_error(f"{exc.strerror or exc}{where}")
 
 
-#: Columns of output that is not a terminal (a pipe, a file): wide enough that tables, the
-#: progress line and the summary never wrap or cut a cell (rich's default would be 80).
-PIPED_WIDTH = 400
+#: Columns of output that is not a terminal (a pipe, a file): no line is wider (tables wrap
+#: their cells at spaces and never cut a number; rich's default would be 80).
+PIPED_WIDTH = 100
 
 
 def output_console(**options: Any) -> Console:

@@ -60,6 +60,7 @@ ALLOWED = {
     "accounting": {"anchored", "guo", "worst", "exact"},
     "scope": {"head", "whole_model"},
     "extractor_data": {"private", "public", "dp"},
+    "uncovered": {"none", "private_extractor", "dp_group_vacuous"},
     "class": {str(c) for c in range(100)} | {"other"},
     "stage": {"setup", "utility", "mia", "drift", "lira_references", "reference"},
     "method": {"decoremoval", "cr", "retrain_head"},
@@ -156,7 +157,15 @@ def test_scraped_values_equal_the_run(scraped: tuple[dict[str, Any], list[Any], 
     assert get("unlearn_cr_epsilon_target") == 1.0 and get("unlearn_cr_delta") == 1e-4
     # the quickstart's extractor is trained on the clients' rows: the head only, no total
     assert final["scope"] == "head"
-    assert get("unlearn_cr_scope_info", scope="head", extractor_data="private") == 1.0
+    assert (
+        get(
+            "unlearn_cr_scope_info",
+            scope="head",
+            extractor_data="private",
+            uncovered="private_extractor",
+        )
+        == 1.0
+    )
     assert get("unlearn_cr_total_epsilon_spent") == math.inf
     last = batches[-1]
     assert get("unlearn_cr_budget_used_ratio") == pytest.approx(last["budget_used_ratio"])

@@ -139,10 +139,14 @@ def test_kafka_stream_is_the_scenario_stream(tmp_path: Path, provenance: str, po
     va, vb = samples(ours), samples(theirs)
     assert names(va) <= names(vb)  # Kafka adds its own counters, never fewer
     scope = "whole_model" if provenance == "public" else "head"  # dp: vacuous by the end
+    uncovered = {"public": "none", "private": "private_extractor", "dp": "dp_group_vacuous"}
     for v in (va, vb):  # the scope on the scrape, both paths
         info = {k: x for k, x in v.items() if k.startswith("unlearn_cr_scope_info{")}
         on = {k for k, x in info.items() if x == 1}
-        assert on == {f'unlearn_cr_scope_info{{extractor_data="{provenance}",scope="{scope}"}}'}
+        assert on == {
+            f'unlearn_cr_scope_info{{extractor_data="{provenance}",scope="{scope}",'
+            f'uncovered="{uncovered[provenance]}"}}'
+        }
         total = v["unlearn_cr_total_epsilon_spent"]
         if provenance == "public":
             assert total == v["unlearn_cr_epsilon_spent"] > 0

@@ -185,10 +185,13 @@ METRICS: tuple[MetricDef, ...] = (
     ),
     _g(
         "cr_scope_info",
-        "1 for what the certificate covers: scope head (extractor_data private: the extractor "
-        "saw the clients' rows) or whole_model (public: nothing before the head did).",
+        "1 for what the certificate covers: scope whole_model (uncovered none) or head, with "
+        "why the whole model is not (uncovered private_extractor: the extractor saw the "
+        "clients' rows with no guarantee; dp_group_vacuous: a DP extractor's group bound over "
+        "the rows removed since it was trained says nothing).",
         "scope",
         "extractor_data",
+        "uncovered",
     ),
     *_gauges(
         (),

@@ -32,7 +32,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from server.health import Health, process_age
 from server.metrics.definitions import build_registry
 from simulator.head import ACCOUNTING_MODES
-from simulator.head.scope import PROVENANCES, SCOPES
+from simulator.head.scope import PROVENANCES, SCOPES, UNCOVERED
 
 #: Bounded label values.
 STATUSES = ("applied", "rejected", "duplicate")
@@ -85,6 +85,14 @@ def client_label(client: int | str) -> str:
 def class_label(cls: int | str) -> str:
     """Bounded label of a class index (classes above the cap share ``other``)."""
     return bounded_label(cls, MAX_CLASS_LABELS)
+
+
+#: Every (scope, uncovered) pair ``cr_scope_info`` may show: whole_model with nothing
+#: uncovered, or head with why the whole model is not covered.
+SCOPE_STATES: tuple[tuple[str, str], ...] = (
+    ("whole_model", "none"),
+    *(("head", why) for why in UNCOVERED if why != "none"),
+)
 
 
 class MetricsExporter:
@@ -352,10 +360,19 @@ class MetricsExporter:
         scope, provenance = e.get("scope"), e.get("extractor_data")
         if scope not in SCOPES:
             return
+        uncovered = e.get("scope_uncovered") or (
+            "none"
+            if scope == "whole_model"
+            else "dp_group_vacuous"
+            if provenance == "dp"
+            else "private_extractor"
+        )
         if provenance in PROVENANCES:  # one scope at a time: a dp run's may change mid-stream
-            for other in SCOPES:
-                info = self.m["cr_scope_info"].labels(scope=other, extractor_data=provenance)
-                info.set(1.0 if other == scope else 0.0)
+            for other, why in SCOPE_STATES:
+                info = self.m["cr_scope_info"].labels(
+                    scope=other, extractor_data=provenance, uncovered=why
+                )
+                info.set(1.0 if (other, why) == (scope, uncovered) else 0.0)
         if scope == "head":  # the extractor has no guarantee: the whole model's is vacuous
             self.m["cr_total_epsilon_spent"].set(math.inf)
             self.m["cr_total_delta"].set(_f(e.get("delta")))

@@ -20,6 +20,13 @@ Theorem 2.2 for pure DP; for ``(epsilon, delta)``-DP the group of ``k`` rows has
 
     epsilon_total = epsilon_head + k * epsilon_x
     delta_total   = delta_head   + k * exp((k - 1) * epsilon_x) * delta_x
+
+``k`` is every row removed since the extractor was trained, not only the request's: the
+released model is compared with one trained from scratch without all of them. When
+``delta_total`` reaches 1 the bound says nothing and only the head is certified (scope
+``head``). Whenever the whole model is not covered, :class:`CertificateScope` says why in one
+line and names the setting that would cover it (``reason``; :data:`COVERING_SETTING`), and
+:func:`scope_line` is the one line every output shows.
 """
 
 from __future__ import annotations
@@ -52,6 +59,18 @@ PUBLIC = ExtractorGuarantee(0.0, 0.0)
 UNBOUNDED = ExtractorGuarantee(None)
 
 
+#: Why the whole model is not covered (``CertificateScope.uncovered``): ``none`` (it is),
+#: ``private_extractor`` (no guarantee for the extractor), ``dp_group_vacuous`` (a DP
+#: extractor's group bound over the rows removed since it was trained says nothing).
+UNCOVERED: tuple[str, ...] = ("none", "private_extractor", "dp_group_vacuous")
+#: The setting that would cover the whole model, for each reason it is not covered.
+COVERING_SETTING = {
+    "private_extractor": "model.extractor_data: public or dp would cover it",
+    "dp_group_vacuous": "model.dp.extractor_epsilon_limit would cover it (the whole model is "
+    "retrained before the bound fails)",
+}
+
+
 @dataclass(frozen=True)
 class CertificateScope:
     """The scope of a certificate and the whole model's ``(epsilon, delta)`` (None: head only).
@@ -62,12 +81,91 @@ class CertificateScope:
     extractor_data : the extractor's provenance (``private``, ``public``, ``dp``).
     total_epsilon, total_delta : the composed guarantee of the whole model (module docstring);
         None when the extractor has no guarantee.
+    uncovered : why the whole model is not covered, one of :data:`UNCOVERED` (``none`` under
+        scope ``whole_model``).
+    reason : the same in words, with the setting that would cover it (None when covered).
     """
 
     scope: Scope
     extractor_data: str
     total_epsilon: float | None
     total_delta: float | None
+    uncovered: str = "none"
+    reason: str | None = None
+
+    def line(self) -> str:
+        """The scope in one line, as every output shows it (:func:`scope_line`)."""
+        return scope_line(
+            self.scope, self.extractor_data, self.total_epsilon, self.total_delta, self.reason
+        )
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def scope_line(
+    scope: str,
+    extractor_data: str,
+    total_epsilon: float | None,
+    total_delta: float | None,
+    reason: str | None,
+) -> str:
+    """``scope: whole_model (...): total epsilon ..., delta ...`` or ``scope: head (...): ...``.
+
+    The one rendering of a scope that the run's console, ``summary.md`` and ``runs compare``
+    show (receipts, events and metrics carry its fields: ``scope``, ``extractor_data``,
+    ``total_epsilon_spent``, ``total_delta``, ``scope_reason``).
+    """
+    if scope == "whole_model":
+        return (
+            f"scope: whole_model (extractor_data {extractor_data}): total epsilon spent "
+            f"{_num(total_epsilon)}, delta {_num(total_delta)}"
+        )
+    why = reason or "the extractor has no guarantee"
+    return (
+        f"scope: head (extractor_data {extractor_data}): the whole model is not covered, no "
+        f"total epsilon: {why}"
+    )
+
+
+def max_group(extractor: ExtractorGuarantee, head_delta: float) -> int | None:
+    """The most rows whose group bound is not vacuous (None: any number; 0: not even one).
+
+    The largest ``k`` with ``head_delta + k e^((k-1) epsilon_x) delta_x < 1`` (increasing in
+    ``k``: found by doubling, then bisection).
+    """
+    if extractor.epsilon is None:
+        return 0
+    if not extractor.delta:
+        return None
+
+    def fits(k: int) -> bool:
+        return compose(0.0, head_delta, extractor, rows=k) is not None
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, 2 * high
+        if high > 2**40:  # an extractor this private covers any group we will meet
+            return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def _reason(uncovered: str, rows: int, most: int | None) -> str:
+    """Why the whole model is not covered, and the setting that would cover it (one line)."""
+    if uncovered == "private_extractor":
+        why = "the extractor was trained on the clients' rows with no guarantee"
+    else:
+        why = (
+            f"the DP-SGD extractor's group bound is vacuous for the {rows} rows removed since it "
+            f"was trained (it covers at most {most})"
+        )
+    return f"{why}; {COVERING_SETTING[uncovered]}"
 
 
 def extractor_guarantee(extractor_data: str) -> ExtractorGuarantee:
@@ -131,5 +229,8 @@ def certificate_scope(
     part = extractor if extractor is not None else extractor_guarantee(extractor_data)
     total = compose(head_epsilon, head_delta, part, rows=rows)
     if total is None:
-        return CertificateScope("head", extractor_data, None, None)
+        uncovered = "private_extractor" if part.epsilon is None else "dp_group_vacuous"
+        most = max_group(part, head_delta) if uncovered == "dp_group_vacuous" else 0
+        reason = _reason(uncovered, rows, most)
+        return CertificateScope("head", extractor_data, None, None, uncovered, reason)
     return CertificateScope("whole_model", extractor_data, total[0], total[1])

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.head.config import ACCOUNTING_NOTES
 from simulator.reporting.metric_report import (
     mia_table,
     plot_privacy_drift,
@@ -40,7 +39,15 @@ from simulator.reporting.plot_marks import (
     save_figure,
     stream_marks,
 )
-from simulator.reporting.verdict import Table, Verdict, phase_table, scope_line
+from simulator.reporting.verdict import (
+    Table,
+    Verdict,
+    exact_pass,
+    extractor_guarantee_text,
+    head_guarantee,
+    phase_table,
+    scope_cell,
+)
 from simulator.stream import DeletionReceipt
 
 #: Every file the recorder writes (deleted before a fresh run writes a folder again).
@@ -153,26 +160,10 @@ def summary_rows(
             f"epsilon spent since last retrain (of target; delta = {end['delta']:g})",
             f"{end['epsilon_spent']:.4f} (of {end['epsilon_target']})",
         ),
-        ("accounting", f"{end['accounting']}: {ACCOUNTING_NOTES[end['accounting']]}"),
-        (
-            "guarantee",
-            f"({end['epsilon_target']}, {end['delta']:g})-certified removal for the head as one "
-            "mechanism (one Gaussian b over all its columns)",
-        ),
-        (
-            "extractor certified",
-            (
-                (
-                    f"yes (DP-SGD, epsilon {end.get('extractor_epsilon', float('nan')):.4g} "
-                    f"per row at delta {end.get('extractor_delta', float('nan')):g})"
-                    if end.get("extractor_data") == "dp"
-                    else "yes"
-                )
-                if end["extractor_certified"]
-                else "no (trained on private data)"
-            ),
-        ),
-        ("certificate scope", scope_line(end).removeprefix("scope: ")),
+        ("accounting", str(end["accounting"])),
+        ("guarantee", head_guarantee(end, short=True)),
+        ("extractor guarantee", extractor_guarantee_text(end)),
+        ("certificate scope", scope_cell(end)),
     ]
     for split in ("test", "ood", "retain", "forget"):
         key = f"accuracy_{split}"
@@ -248,6 +239,8 @@ class Happened:
     ----------
     removing : batches that removed samples.
     certified : of those, the batches kept as one certified update (no retrain).
+    exact_passes : of those, the ones that made an exact pass (``anchored`` accounting: the
+        charge reset to the measured residual of the released head).
     retrains : retrains by reason (``budget``, ``method``, ``client_failed``,
         ``extractor_limit``), zeros left out.
     peak : the largest charge of the released head over the run, as a share of the budget
@@ -257,6 +250,7 @@ class Happened:
 
     removing: int
     certified: int
+    exact_passes: int
     retrains: dict[str, int]
     peak: float
     final: float
@@ -269,11 +263,11 @@ class Happened:
         return f"{total} ({by})" if total else "0"
 
     def headline(self) -> str:
-        """One line: certified updates vs retrains, then the budget's peak and final share."""
+        """One line: certified updates, exact passes, retrains; the budget's peak and final."""
         return (
             f"{self.removing} removing batch(es): {self.certified} certified update(s), "
-            f"{self.retrain_text} retrain(s) from scratch; budget used: peak "
-            f"{_pct(self.peak)}, final {_pct(self.final)}"
+            f"{self.exact_passes} exact pass(es), {self.retrain_text} retrain(s) from scratch; "
+            f"budget used: peak {_pct(self.peak)}, final {_pct(self.final)}"
         )
 
 
@@ -298,6 +292,7 @@ def happened(batches: list[dict[str, Any]], end: dict[str, Any]) -> Happened:
     return Happened(
         removing=len(removing),
         certified=sum(not b.get("retrained") for b in removing),
+        exact_passes=sum(exact_pass(b) for b in removing),
         retrains={k: v for k, v in reasons.items() if v},
         peak=max([*used, final]) if used else final,
         final=final,
@@ -309,6 +304,7 @@ def happened_rows(batches: list[dict[str, Any]], end: dict[str, Any]) -> list[tu
     h = happened(batches, end)
     return [
         ("certified updates / removing batches", f"{h.certified} / {h.removing}"),
+        ("exact passes (anchored)", str(h.exact_passes)),
         ("retrains from scratch (by reason)", h.retrain_text),
         ("budget used (peak / final)", f"{_pct(h.peak)} / {_pct(h.final)}"),
     ]
@@ -465,6 +461,16 @@ def _budget_panel(ax: Any, batches: list[dict[str, Any]], xs: dict[int, float]) 
     pts = [(xs[id(b)], b["budget_used_ratio"]) for b in batches if "budget_used_ratio" in b]
     if pts:
         ax.plot(*zip(*pts, strict=True), label="budget used", **series_style(0))
+    passes = [
+        (xs[id(b)], b["budget_used_ratio"])
+        for b in batches
+        if "budget_used_ratio" in b and b.get("samples") and exact_pass(b)
+    ]
+    if passes:
+        ax.plot(
+            *zip(*passes, strict=True), "v", color="tab:green", ms=8, mfc="none", mew=1.5,
+            label="exact pass (charge reset to\nthe measured residual)", gid="exact_pass",
+        )  # fmt: skip
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="budget")
     accounting = next((b["accounting"] for b in batches if "accounting" in b), "?")
     return PanelText(

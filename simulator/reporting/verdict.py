@@ -6,15 +6,16 @@ budget (every batch's ``cumulative_residual`` against its ``budget``), and the r
 exact residual against a retrain from scratch within the budget at every reference checkpoint
 where it was measured (``residual_against_cold_fit``). Then under which accounting, the largest
 single charge and what caused it (batch, phase, the withdrawal of client c or the requests and
-samples of the batch), the retrains by reason, and the guarantee ``(epsilon, delta)`` with what
-it covers (the head only, or the extractor too when it was trained on public data), with the
-certificate's scope (``head`` or ``whole_model``) and the whole model's total epsilon next to
-the head's (:func:`scope_line`).
+samples of the batch), the retrains by reason, the head's guarantee ``(epsilon, delta)``, and
+the certificate's scope (:func:`scope_line`: ``whole_model`` with the whole model's total
+epsilon, or ``head`` with why the whole model is not covered and the setting that would cover
+it), one line rendered by :func:`simulator.head.scope.scope_line` from the event's fields.
 
-:func:`phase_table` is one row per stream phase: batches, requests, samples removed, the charge
-(sum of the kept steps' charges, as a share of the budget; above 100% when retrains
-reset the charge within the phase), the largest single charge,
-retrains and the test accuracy at the end of the phase.
+:func:`phase_table` is one row per stream phase: batches, requests, samples removed, the peak
+budget used (the largest charge of the released head over the phase, as a share of the budget:
+never a sum, which would read as over the budget when exact passes or retrains reset the
+charge), the certified updates, the exact passes (``anchored`` accounting: the charge reset to
+the measured residual), the retrains and the test accuracy at the end of the phase.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.head.config import ACCOUNTING_NOTES
+from simulator.head.scope import ExtractorGuarantee, max_group
+from simulator.head.scope import scope_line as render_scope
 
 #: Relative slack when comparing a charge with the budget (floating-point sums).
 SLACK = 1e-9
@@ -97,24 +100,77 @@ def _num(v: Any) -> str:
 
 
 def scope_line(end: dict[str, Any]) -> str:
-    """The verdict's scope line: what the certificate covers, and the total next to the head's.
+    """The verdict's scope line, from an event's scope fields.
 
-    ``scope: whole_model ...`` with the whole model's (epsilon, delta), or ``scope: head ...``
-    (``simulator.head.scope``).
+    Rendered by :func:`simulator.head.scope.scope_line`: what the certificate covers, the
+    whole model's total under ``whole_model``, and under ``head`` why the whole model is not
+    covered and which setting would cover it.
     """
     scope = end.get("scope") or ("whole_model" if end.get("extractor_certified") else "head")
     provenance = end.get("extractor_data") or ("public" if scope == "whole_model" else "private")
-    head = f"head epsilon spent {_num(end.get('epsilon_spent'))}, delta {_num(end.get('delta'))}"
-    if scope == "whole_model":
-        return (
-            f"scope: whole_model (extractor_data {provenance}); total epsilon spent "
-            f"{_num(end.get('total_epsilon_spent'))}, delta {_num(end.get('total_delta'))} "
-            f"({head})"
-        )
-    return (
-        f"scope: head (extractor_data {provenance}); whole model: not certified, no total "
-        f"epsilon ({head})"
+    return render_scope(
+        str(scope),
+        str(provenance),
+        _float(end.get("total_epsilon_spent")),
+        _float(end.get("total_delta")),
+        end.get("scope_reason"),
     )
+
+
+def scope_cell(end: dict[str, Any]) -> str:
+    """The summary table's short scope: ``whole_model, total epsilon ...`` or ``head only``.
+
+    The reason the whole model is not covered is in the verdict's scope line above the table.
+    """
+    line = scope_line(end)
+    if line.startswith("scope: whole_model"):
+        total, delta = _float(end.get("total_epsilon_spent")), _float(end.get("total_delta"))
+        eps = "n/a" if total is None else f"{total:.4g}"
+        return f"whole_model: total epsilon {eps}, delta {'n/a' if delta is None else f'{delta:g}'}"
+    return "head only (whole model: see the scope line)"
+
+
+def head_guarantee(end: dict[str, Any], *, short: bool = False) -> str:
+    """The guarantee's target ``(epsilon, delta)`` and what it covers, as the scope says.
+
+    Under scope ``head``: the linear head only; ``whole_model`` with a public extractor: the
+    whole model (the extractor's part is 0); with a DP extractor: the head, composed with
+    the extractor's group part into the whole model's total (the scope line).
+    """
+    eps, delta = end.get("epsilon_target"), end.get("delta")
+    pair = f"({eps}, {delta:g})" if isinstance(delta, int | float) else f"epsilon {eps}"
+    whole = scope_line(end).startswith("scope: whole_model")
+    dp = end.get("extractor_data") == "dp"
+    if short:
+        covers = ("head + DP extractor" if dp else "whole model") if whole else "linear head only"
+        return f"{pair}, {covers}"
+    if not whole:
+        return f"{pair}-certified removal of the linear head only (one Gaussian b over its columns)"
+    if dp:
+        return (
+            f"{pair}-certified removal of the head, composed with the DP-SGD extractor's group "
+            "part into the whole model's total (the scope line)"
+        )
+    return f"{pair}-certified removal of the whole model (the extractor never read a client's row)"
+
+
+def extractor_guarantee_text(end: dict[str, Any]) -> str:
+    """What the extractor itself guarantees: nothing, nothing needed, or DP-SGD's per row."""
+    data = end.get("extractor_data") or ("public" if end.get("extractor_certified") else "private")
+    if data == "public":
+        return "none needed (public data only)"
+    if data != "dp":
+        return "none (trained on clients' rows)"
+    eps, delta = _float(end.get("extractor_epsilon")), _float(end.get("extractor_delta"))
+    if eps is None or delta is None:
+        return "DP-SGD (epsilon not recorded)"
+    most = max_group(ExtractorGuarantee(eps, delta), float(end.get("delta") or 0.0))
+    group = "any group" if most is None else f"groups of <= {most} rows"
+    return f"DP-SGD ({eps:.4g}, {delta:g}) per row; {group}"
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def certificate_verdict(
@@ -122,17 +178,6 @@ def certificate_verdict(
 ) -> Verdict:
     """The verdict (module docstring)."""
     accounting = str(end.get("accounting", start.get("accounting", "?")))
-    eps, delta = end.get("epsilon_target"), end.get("delta")
-    covers = (
-        (
-            "the head and the extractor (the extractor was trained with DP-SGD: its accounted "
-            "epsilon composes with the head's)"
-            if end.get("extractor_data") == "dp"
-            else "the head and the extractor (the extractor was trained on public data only)"
-        )
-        if end.get("extractor_certified")
-        else "the linear head only (the extractor was trained on private data: not certified)"
-    )
     scope = scope_line(end)
     removing = [b for b in batches if b.get("samples")]
     reasons = Counter(str(b.get("retrain_reason")) for b in removing if b.get("retrained"))
@@ -140,7 +185,6 @@ def certificate_verdict(
         lines = [
             f"every batch retrained the head from scratch ({end.get('method')}): exact "
             f"unlearning of the head, no certified step to charge ({len(removing)} retrains)",
-            f"covers {covers}",
             scope,
         ]
         return Verdict(True, "Certificate: exact (head retrained per batch)", lines)
@@ -158,9 +202,7 @@ def certificate_verdict(
     held = not over and not exceeded
     headline = "Certificate: HELD" if held else "Certificate: NOT HELD"
     lines = [
-        f"guarantee: ({eps}, {delta:g})-certified removal, covering {covers}"
-        if isinstance(delta, int | float)
-        else f"guarantee: epsilon {eps}, covering {covers}",
+        f"guarantee: {head_guarantee(end)}",
         scope,
         f"accounting: {accounting} ({ACCOUNTING_NOTES.get(accounting, '?')})",
     ]
@@ -218,6 +260,11 @@ def certificate_verdict(
     return Verdict(held, headline, lines)
 
 
+def exact_pass(batch: dict[str, Any]) -> bool:
+    """The batch made an exact pass (``anchored``: the charge reset to the measured residual)."""
+    return bool(batch.get("anchored")) and not batch.get("retrained")
+
+
 def phase_table(batches: list[dict[str, Any]]) -> Table:
     """One row per phase, in stream order (module docstring)."""
     order: list[str] = []
@@ -231,9 +278,12 @@ def phase_table(batches: list[dict[str, Any]]) -> Table:
     rows = []
     for name in order:
         group = groups[name]
-        kept = [(c, b) for b in group if (c := _charged(b)) is not None]
-        ratio = sum(c / b["budget"] for c, b in kept if b.get("budget"))
-        largest = max((c / b["budget"] for c, b in kept if b.get("budget")), default=math.nan)
+        removing = [b for b in group if b.get("samples")]
+        used = [
+            float(b["budget_used_ratio"])
+            for b in group
+            if isinstance(b.get("budget_used_ratio"), int | float)
+        ]
         acc = [
             b["metrics"]["accuracy_test"]
             for b in group
@@ -245,20 +295,25 @@ def phase_table(batches: list[dict[str, Any]]) -> Table:
                 str(len(group)),
                 str(sum(int(b.get("requests", 0)) for b in group)),
                 str(sum(int(b.get("samples", 0)) for b in group)),
-                _pct(ratio) if kept else "0%",
-                _pct(largest) if kept else "n/a",
-                str(sum(bool(b.get("retrained")) for b in group if b.get("samples"))),
+                _pct(max(used)) if used else "n/a",
+                str(sum(not b.get("retrained") for b in removing)),
+                str(sum(exact_pass(b) for b in removing)),
+                str(sum(bool(b.get("retrained")) for b in removing)),
                 f"{100 * acc[-1]:.2f}%" if acc else "n/a",
             )
         )
-    header = (
-        "phase",
-        "batches",
-        "requests",
-        "samples removed",
-        "charge (sum over the phase, of budget)",
-        "largest charge",
-        "retrains",
-        "test accuracy (end of phase)",
-    )
-    return Table("Phases", header, rows)
+    return Table("Phases", PHASE_HEADER, rows)
+
+
+#: The phase table's columns (short, so that the table fits a narrow console).
+PHASE_HEADER = (
+    "phase",
+    "batches",
+    "requests",
+    "samples",
+    "peak budget",
+    "certified",
+    "exact passes",
+    "retrains",
+    "test acc. (end)",
+)

@@ -68,6 +68,8 @@ def certificate_section(fed: Federation, report: RemovalReport) -> dict[str, Any
         "extractor_data": scope.extractor_data,
         "total_epsilon_spent": scope.total_epsilon,
         "total_delta": scope.total_delta,
+        "scope_uncovered": scope.uncovered,
+        "scope_reason": scope.reason,
     }
 
 

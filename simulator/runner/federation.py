@@ -229,7 +229,9 @@ class Federation:
 
         ``scope``, ``extractor_data``, ``total_epsilon_spent`` and ``total_delta`` (over the
         rows removed since the extractor was trained), ``total_epsilon_target`` (the head's
-        target and one row); under ``extractor_data: dp`` also the extractor's own per-row
+        target and one row), ``scope_uncovered`` and ``scope_reason`` (why the whole model is
+        not covered and which setting would cover it: ``none`` and None when it is); under
+        ``extractor_data: dp`` also the extractor's own per-row
         ``extractor_epsilon`` / ``extractor_delta``, each client's epsilon
         (``extractor_client_epsilons``), ``extractor_rows`` (the group ``k``) and
         ``extractor_generation``.
@@ -242,6 +244,8 @@ class Federation:
             "total_epsilon_spent": spent.total_epsilon,
             "total_epsilon_target": target.total_epsilon,
             "total_delta": spent.total_delta,
+            "scope_uncovered": spent.uncovered,
+            "scope_reason": spent.reason,
         }
         part = self.extractor_guarantee
         if part is not None:

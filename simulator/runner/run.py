@@ -22,11 +22,19 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
 
-from simulator.reporting.console import RemainingColumn, print_summary, progress_info, verdict_lines
+from simulator.reporting.console import (
+    RemainingColumn,
+    StepColumn,
+    print_summary,
+    progress_info,
+    verdict_lines,
+)
 from simulator.runner.federation import Federation, build_federation
 from simulator.runner.interrupt import graceful_stop
 from simulator.runner.pipeline import apply_batch
@@ -39,16 +47,33 @@ from simulator.scenario import Scenario
 from simulator.stream import DeletionRequest
 from simulator.stream import batches as stream_batches
 
-#: The progress bar's columns: stream position, batch info, time, the batch's current step.
-PROGRESS_COLUMNS = (
-    TextColumn("{task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TextColumn("{task.fields[info]}"),
-    TimeElapsedColumn(),
-    RemainingColumn(),
-    TextColumn("[cyan]{task.fields[step]}"),
-)
+#: Columns of console from which the progress bar also shows the elapsed time and the step.
+WIDE_PROGRESS = 100
+#: Columns of console below which the progress bar leaves out its description.
+NARROW = 80
+
+
+def progress_columns(width: int) -> tuple[ProgressColumn, ...]:
+    """The progress bar's columns for a console ``width`` columns wide, on one line.
+
+    Description (from :data:`NARROW` columns), stream position (the bar takes what is
+    left), batch info and the time left; from :data:`WIDE_PROGRESS` columns also the elapsed
+    time and the batch's current step (cut with an ellipsis when long). Every column but the
+    bar and the step is never wrapped, so the line never breaks in two.
+    """
+    line = Column(no_wrap=True)
+    columns: list[ProgressColumn] = [
+        *([TextColumn("{task.description}", table_column=line)] if width >= NARROW else []),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(table_column=line),
+        TextColumn("{task.fields[info]}", table_column=line),
+    ]
+    if width >= WIDE_PROGRESS:
+        columns.append(TimeElapsedColumn(table_column=line))
+    columns.append(RemainingColumn())
+    if width >= WIDE_PROGRESS:
+        columns.append(StepColumn())
+    return tuple(columns)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +188,12 @@ def _play(
     run = RunState()
     batches = stream_batches(fed.requests, fed.scenario.stream.max_batch_requests)
     with (
-        Progress(*PROGRESS_COLUMNS, console=console, disable=not progress, transient=False) as bar,
+        Progress(
+            *progress_columns(console.width),
+            console=console,
+            disable=not progress,
+            transient=False,
+        ) as bar,
         graceful_stop() as stop,
     ):
         task = bar.add_task("deletion stream", total=len(batches), info="", step="")

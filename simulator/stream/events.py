@@ -136,6 +136,11 @@ class DeletionReceipt(_Event):
     total_delta: float | None = Field(
         default=None, gt=0, lt=1, description="The delta total_epsilon_spent holds with."
     )
+    scope_reason: str | None = Field(
+        default=None,
+        description="Under scope head: why the whole model is not covered and the setting that "
+        "would cover it (one line, simulator.head.scope); null under scope whole_model.",
+    )
     applied_at: AwareDatetime = Field(description="When the outcome was decided.")
 
     @model_validator(mode="after")
