@@ -10,7 +10,14 @@ import torch
 from scipy import stats
 
 from simulator.compare.harness import Measurement
-from simulator.compare.verdict import paired, verdict_markdown, verdicts
+from simulator.compare.verdict import (
+    bottom_line,
+    holm,
+    holm_adjusted,
+    paired,
+    verdict_markdown,
+    verdicts,
+)
 from simulator.data.natural import digits_as_mnist
 from simulator.errors import ConfigError
 from simulator.models import BackboneConfig, ExtractorWithHead, build_backbone, local_train
@@ -96,6 +103,32 @@ def test_verdicts_cover_every_variant_split_and_checkpoint() -> None:
     table = verdict_markdown(got, removed=10)
     assert len(table) == 2 + 4 and "DR-x vs CR" in table[-1]
     assert verdicts(rows, ["retrain", "decoremoval"]) == []
+
+
+def test_holm_adjusts_the_table_and_the_verdict_reads_it() -> None:
+    """Holm's step-down values (checked by hand), NaN left out of the family; a test that
+    is significant alone is no longer so among enough others."""
+    got = holm([0.01, 0.04, float("nan"), 0.03, 0.5])
+    assert got[0] == pytest.approx(0.04)  # 4 x 0.01
+    assert got[3] == pytest.approx(0.09)  # 3 x 0.03
+    assert got[1] == pytest.approx(0.09)  # max(0.09, 2 x 0.04)
+    assert got[4] == pytest.approx(0.5) and math.isnan(got[2])
+    cr = [0.80, 0.82, 0.81, 0.79, 0.83]
+    dr = [0.83, 0.84, 0.85, 0.81, 0.86]
+    rows = [m("cr", s, a) for s, a in enumerate(cr)] + [
+        m("decoremoval", s, a) for s, a in enumerate(dr)
+    ]
+    one = paired(rows, "decoremoval", "cr", "acc_test", 10)
+    assert one is not None and one.verdict == "DR better" and one.p_value < 0.05
+    (alone,) = holm_adjusted([one])
+    assert alone.p_holm == pytest.approx(one.p_value) and alone.verdict == "DR better"
+    crowd = holm_adjusted([one] * 40)  # the same p among 40 tests: not familywise significant
+    assert all(r.p_holm >= 0.05 and r.verdict == "no difference" for r in crowd)
+    line = bottom_line(crowd)
+    assert line.startswith("bottom line: no difference in 40 of 40 paired tests")
+    assert "Holm" in line and "\n" not in line
+    table = verdict_markdown(crowd)
+    assert "p (Holm)" in table[0] and "higher is better" in table[0]
 
 
 # ---------------------------------------------------------------------- evaluation splits

@@ -1,4 +1,4 @@
-"""Seeds on the streaming scenario (issue 29): ``run --seeds N --methods a,b`` runs the scenario
+"""Seeds on the streaming scenario: ``run --seeds N --methods a,b`` runs the scenario
 itself per seed and method into one parent folder; ``runs compare PARENT`` pairs the methods over
 the seeds with ``compare``'s statistics, per phase and metric, and overlays the runs."""
 
@@ -53,15 +53,28 @@ def test_runs_compare_gives_paired_verdicts_per_phase_and_metric(
     assert main(["runs", "compare", str(sweep), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "paired over seeds, each method vs cr" in printed
+    assert max(len(x) for x in printed.splitlines()) <= 100  # piped: 100 columns
+    bottom = [x for x in printed.splitlines() if x.startswith("bottom line over ")]
+    assert len(bottom) == 1 and "Holm" in bottom[0]
     text = (out / "compare.md").read_text()
     assert "## Paired verdicts" in text and "| DR vs CR | 2 |" in text
+    assert "**bottom line over " in text and "Holm" in text
     assert "## Runs side by side" in text
     rows = list(csv.DictReader(io.StringIO((out / "verdicts.csv").read_text())))
     phases = list(dict.fromkeys(r["phase"] for r in rows))
     assert phases == ["warmup", "class-1-purge", "client-2-cleanup", "whole run"]
     metrics = {r["metric"] for r in rows if r["phase"] == "warmup"}
-    assert {"test accuracy", "MIA AUC (loss attack)", "budget used", "retrains"} <= metrics
-    assert {r["verdict"] for r in rows} <= {"DR higher", "DR lower", "no difference", "n/a"}
+    assert {"test accuracy", "MIA |AUC - 0.5| (loss attack)", "budget used", "retrains"} <= metrics
+    verdicts = {"DR better", "CR better", "no difference", "n/a", "DR higher", "DR lower"}
+    assert {r["verdict"] for r in rows} <= verdicts
+    better = {r["metric"]: r["better"] for r in rows}
+    assert better["test accuracy"] == "higher" and better["budget used"] == "lower"
+    assert better["MIA |AUC - 0.5| (loss attack)"] == "lower"
+    assert better["removal ms per batch"] == "lower" and better["forget accuracy"] == "neither"
+    for r in rows:  # a direction-less metric never reads as better or worse
+        if r["better"] == "neither":
+            assert not r["verdict"].endswith("better")
+        assert float(r["p_holm"] or "nan") >= float(r["p_value"] or "nan") or not r["p_value"]
 
     # the statistics are compare's, on the runs' own final values
     final = {
@@ -96,8 +109,32 @@ def test_sweep_plots_carry_phases_shifts_and_every_seed(sweep: Path, tmp_path: P
     assert ax.get_xlabel() == "stream tick"
     curves = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
     assert len(curves) >= 4  # one line per run: 2 seeds x 2 methods
+    runs = {ln.get_gid(): ln for ln in curves}
+    # a seed's runs pair up: the same line style and marker, the method's colour
+    for seed in (7, 8):
+        cr, dr = runs[f"cr-seed{seed}"], runs[f"decoremoval-seed{seed}"]
+        assert (cr.get_linestyle(), cr.get_marker()) == (dr.get_linestyle(), dr.get_marker())
+        assert cr.get_color() != dr.get_color()
+    assert runs["cr-seed7"].get_linestyle() != runs["cr-seed8"].get_linestyle()
+    assert runs["cr-seed7"].get_color() == runs["cr-seed8"].get_color()
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "cr (one line per seed)" in legend and "decoremoval (one line per seed)" in legend
+    assert {"cr", "decoremoval", "seed 7", "seed 8"} <= set(legend)
+
+
+def test_a_one_method_sweep_says_there_is_nothing_to_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = tmp_path / "one"
+    args = ["run", str(QUICKSTART), *sets(SMALL), "--seeds", "2", "--methods", "cr"]
+    assert main([*args, "--output", str(parent), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "cmp"
+    assert main(["runs", "compare", str(parent), "--output", str(out), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "Nothing to pair: the sweep ran one method (cr)" in " ".join(printed.split())
+    assert "paired over seeds" not in printed
+    text = (out / "compare.md").read_text()
+    assert "Nothing to pair" in text and "## Paired verdicts" not in text
 
 
 def test_a_sweep_is_refused_before_anything_runs(

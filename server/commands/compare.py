@@ -316,6 +316,39 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
         # inside the limits: fits.json records the torch threads the fits ran with
         files = write_comparison(comparison, folder, command=command, plots=not args.no_plots)
-    console.print(files["table"].read_text(), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"wrote {folder} in {comparison.seconds:.0f} s")
+    show_verdicts(console, comparison)
+    console.print(f"tables in {files['table']}", highlight=False)
+    console.print(f"wrote {folder} in {comparison.seconds:.0f} s", highlight=False)
     return 0
+
+
+def show_verdicts(console: Console, comparison: Any) -> None:
+    """The accuracy verdicts at the last removal count and the bottom line of every test.
+
+    The table fits the console (:func:`~simulator.reporting.console.fitted_table`); the bottom
+    line counts the verdicts of every test of ``verdict.csv``.
+    """
+    from simulator.compare.verdict import CORRECTION, bottom_line, label, verdicts
+    from simulator.reporting.console import fitted_table, hanging
+
+    rows = verdicts(comparison.measurements, comparison.methods)
+    if not rows:
+        console.print("verdicts: none (compare cr with a decoremoval variant for them)")
+        return
+    last = max(r.removed for r in rows)
+    shown = [r for r in rows if r.removed == last and r.metric.startswith("acc_")]
+    header = ("split", "vs", "seeds", "difference (points) [95% t]", "p (Holm)", "verdict")
+    cells = [
+        (
+            r.metric.removeprefix("acc_"),
+            f"{label(r.method)} vs {label(r.base)}",
+            str(r.seeds),
+            f"{100 * r.diff:+.2f} [{100 * r.low:+.2f}, {100 * r.high:+.2f}]",
+            f"{r.p_holm:.3g}",
+            r.verdict,
+        )
+        for r in shown
+    ]
+    title = f"accuracy at {last} removed, higher is better"
+    console.print(fitted_table(console.width, title, header, cells))
+    console.print(hanging("", f"verdicts: {CORRECTION}; {bottom_line(rows)}"))

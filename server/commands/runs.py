@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 #: Where ``runs compare`` writes without ``--output`` (under ``runs/``, which git ignores).
 ROOT = "runs/runs-compare"
@@ -73,18 +72,25 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     runs = [load_run(f) for f in args.folders]
     out = given_out or output_folder()
     header, rows = compare_table(runs)
-    table = Table(title=f"{len(runs)} runs")
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    show_runs(console, header, rows)
     write_compare(out, header, rows)
     if not args.no_plots:
         written = plot_compare(runs, out)
         console.print(f"plots: {', '.join(sorted(written))}", highlight=False)
     console.print(f"comparison in [bold]{out}[/]")
     return 0
+
+
+def show_runs(console: Console, header: list[str], rows: list[list[str]]) -> None:
+    """The runs side by side, fitted to the console; their folders listed under the table."""
+    from simulator.reporting.console import fitted_table, hanging
+
+    folders = next((r[1:] for r in rows if r[0] == "folder"), [])
+    body = [r for r in rows if r[0] != "folder"]
+    console.print(fitted_table(console.width, f"{len(header) - 1} runs", header, body))
+    for name, folder in zip(header[1:], folders, strict=False):
+        console.print(f"{name}:", highlight=False, markup=False)
+        console.print(hanging("  ", folder))
 
 
 def output_folder() -> Path:
@@ -98,12 +104,18 @@ def _compare_sweep(
     parent: Path, given_out: Path | None, args: argparse.Namespace, console: Console
 ) -> int:
     """A seeded sweep's paired verdicts, table and overlaid plots; exit code 0."""
+    from simulator.compare.verdict import label
     from simulator.errors import InputError
+    from simulator.reporting.console import fitted_table, hanging
     from simulator.reporting.sweep_compare import (
+        NOTHING_TO_PAIR,
+        better_text,
         difference,
         load_sweep,
+        p_text,
         plot_sweep,
         scale_of,
+        sweep_bottom_line,
         sweep_verdicts,
         write_sweep_compare,
     )
@@ -113,18 +125,27 @@ def _compare_sweep(
         raise InputError(f"the sweep in {parent} has no run folder yet")
     rows = sweep_verdicts(sweep)
     out = given_out or output_folder()
-    table = Table(title=f"{parent}: paired over seeds, each method vs {sweep.base}")
-    for i, name in enumerate(("phase", "metric", "vs", "seeds", "difference [95% t]", "p",
-                              "verdict")):  # fmt: skip
-        table.add_column(name, justify="left" if i < 3 else "right")
-    for r in rows:
-        s = r.stats
-        unit = " %" if scale_of(r.metric) == 100.0 else ""
-        table.add_row(
-            r.phase, r.metric + unit, f"{s.method} vs {s.base}", str(s.seeds),
-            difference(s, r.metric), f"{s.p_value:.3g}", r.verdict,
-        )  # fmt: skip
-    console.print(table)
+    if len(sweep.methods) < 2:
+        console.print(hanging("", NOTHING_TO_PAIR.format(methods=", ".join(sweep.methods))))
+    else:
+        title = f"{parent}: paired over seeds, each method vs {sweep.base}"
+        header = ("phase", "metric", "better", "vs", "seeds", "difference [95% t]", "p (Holm)",
+                  "verdict")  # fmt: skip
+        cells = [
+            (
+                r.phase,
+                r.metric + (" %" if scale_of(r.metric) == 100.0 else ""),
+                better_text(r.metric),
+                f"{label(r.stats.method)} vs {label(r.stats.base)}",
+                str(r.stats.seeds),
+                difference(r.stats, r.metric),
+                p_text(r.stats.p_holm),
+                r.verdict,
+            )
+            for r in rows
+        ]
+        console.print(fitted_table(console.width, title, header, cells))
+        console.print(hanging("", sweep_bottom_line(rows)))
     path = write_sweep_compare(sweep, out, rows)
     if not args.no_plots:
         written = plot_sweep(sweep, out)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from simulator.compare.harness import Comparison, Measurement
-from simulator.compare.verdict import Paired, verdict_markdown
+from simulator.compare.verdict import CORRECTION, Paired, bottom_line, verdict_markdown
 
 #: Measurement fields aggregated over seeds, in CSV column order (after the split scores,
 #: ``acc_<split>``, ``f1_<split>``, ``conf_<split>``, ... in the workload's split order).
@@ -191,6 +191,11 @@ def ratio_to(summaries: Sequence[Summary], methods: Sequence[str], base: str) ->
     return lines
 
 
+def sentence(text: str) -> str:
+    """``text`` with its first letter in upper case (the rest as it is)."""
+    return text[:1].upper() + text[1:]
+
+
 def markdown(
     comparison: Comparison,
     summaries: Sequence[Summary],
@@ -220,7 +225,15 @@ def markdown(
         out += verdict_markdown(
             [r for r in verdict_rows if r.metric.startswith("acc_")], removed=last
         )
-        out.append("")
+        out += [
+            "",
+            "Higher accuracy and F1 are better. Verdicts read the p value "
+            f"{CORRECTION}, over all {len(verdict_rows)} tests of `verdict.csv` (every split, "
+            "metric and removal count).",
+            "",
+            f"**{sentence(bottom_line(verdict_rows))}**",
+            "",
+        ]
     for split in labelled:
         title = {
             "test": "In-distribution test split (paper Table 3)",

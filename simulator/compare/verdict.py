@@ -4,8 +4,11 @@ Every seed gives both methods the same data, splits, deletion stream and extract
 (``workload.py``), so the seeds pair the two methods: for a split's accuracy at a removal
 count, ``d_s = acc_DR(s) - acc_CR(s)``. With ``k`` seeds the paired t statistic is
 ``t = mean(d) / (sd(d) / sqrt(k))`` (Student, ``k - 1`` degrees of freedom) and the 95%
-interval ``mean(d) ± t_{0.975, k-1} sd(d) / sqrt(k)``. The verdict reads the interval:
-above 0 "DR better", below 0 "CR better", containing 0 "no difference" (at 95%, two-sided).
+interval ``mean(d) ± t_{0.975, k-1} sd(d) / sqrt(k)``. Higher is better for every metric
+compared here (accuracy, F1). The p values of a table are adjusted together by Holm's
+step-down method (:func:`holm`), so that a table of many tests does not find a difference by
+chance; the verdict reads the adjusted p value at 95% and the sign of the difference: "DR
+better", "CR better" or "no difference" (two-sided), and :func:`bottom_line` counts them.
 With identical differences (``sd = 0``, common with accuracies on a few hundred rows) the t
 statistic is undefined; the interval is then the point itself and the p value is the exact
 two-sided sign test's, ``2 * 0.5^k`` (1 when the difference is 0), so one image's difference
@@ -51,19 +54,27 @@ class Paired:
     p_value: float
     boot_low: float
     boot_high: float
+    #: the p value adjusted for the table's other tests (Holm; NaN until :func:`holm_adjusted`)
+    p_holm: float = float("nan")
+
+    @property
+    def p_judged(self) -> float:
+        """The p value the verdict reads: Holm's where the table was adjusted, else the test's."""
+        return self.p_holm if math.isfinite(self.p_holm) else self.p_value
+
+    @property
+    def significant(self) -> bool:
+        """The difference is not 0 at 95% (familywise over the table once adjusted)."""
+        return math.isfinite(self.p_judged) and self.p_judged < 1 - LEVEL and self.diff != 0
 
     @property
     def verdict(self) -> str:
-        """``<method> better`` / ``no difference`` / ``<base> better`` at 95%."""
+        """``<method> better`` / ``no difference`` / ``<base> better`` (higher is better)."""
         if not (math.isfinite(self.low) and math.isfinite(self.p_value)):
             return "n/a"
-        if self.p_value >= 1 - LEVEL:
+        if not self.significant:
             return "no difference"
-        if self.low > 0:
-            return f"{label(self.method)} better"
-        if self.high < 0:
-            return f"{label(self.base)} better"
-        return "no difference"
+        return f"{label(self.method if self.diff > 0 else self.base)} better"
 
 
 def label(method: str) -> str:
@@ -149,6 +160,47 @@ def paired_values(a: Mapping[int, float], b: Mapping[int, float], what: Pairing)
     )
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (NaN stays NaN, out of the family).
+
+    The ``i``-th smallest of the ``m`` finite values becomes
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))``: rejecting where it is below 5% keeps the
+    chance of any false "better" over the whole table at 5% (Holm 1979).
+    """
+    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m = len(order)
+    out = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def holm_adjusted(rows: Sequence[Paired]) -> list[Paired]:
+    """``rows`` with their Holm-adjusted p values over the whole table (:func:`holm`)."""
+    from dataclasses import replace
+
+    adjusted = holm([r.p_value for r in rows])
+    return [replace(r, p_holm=p) for r, p in zip(rows, adjusted, strict=True)]
+
+
+#: How the tables say which multiple-comparison correction their verdicts use.
+CORRECTION = "Holm-adjusted over the table's paired tests (familywise 95%)"
+
+
+def bottom_line(rows: Sequence[Paired], what: str = "") -> str:
+    """One line: how many of the table's tests each method won, and how many showed nothing."""
+    if not rows:
+        return "bottom line: nothing was paired"
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    said = ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    scope = f" {what}" if what else ""
+    return f"bottom line{scope}: {said} of {len(rows)} paired tests ({CORRECTION})"
+
+
 def verdicts(
     measurements: Sequence[Measurement], methods: Sequence[str], base: str = "cr"
 ) -> list[Paired]:
@@ -174,7 +226,7 @@ def verdicts(
                 got = paired(measurements, variant, base, key, n)
                 if got is not None:
                     out.append(got)
-    return out
+    return holm_adjusted(out)
 
 
 def verdict_markdown(rows: Sequence[Paired], removed: int | None = None) -> list[str]:
@@ -183,10 +235,10 @@ def verdict_markdown(rows: Sequence[Paired], removed: int | None = None) -> list
     if not picked:
         return []
     head = (
-        "| method vs base | split | metric | removed | seeds | method | base | difference "
-        "[95% t interval] | bootstrap 95% | p (paired t) | verdict at 95% |"
+        "| method vs base | split | metric (higher is better) | removed | seeds | method | base "
+        "| difference [95% t interval] | bootstrap 95% | p (paired t) | p (Holm) | verdict |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in picked:
         scale, digits = (100.0, 1) if r.metric.startswith("acc_") else (1.0, 3)
         kind, split = r.metric.split("_", 1)
@@ -198,9 +250,13 @@ def verdict_markdown(rows: Sequence[Paired], removed: int | None = None) -> list
             f"| {r.removed} | {r.seeds} | {pm(r.mean_method, r.std_method)} "
             f"| {pm(r.mean_base, r.std_base)} | {num(r.diff)} [{num(r.low)}, {num(r.high)}] "
             f"| [{num(r.boot_low)}, {num(r.boot_high)}] "
-            f"| {'n/a' if not math.isfinite(r.p_value) else f'{r.p_value:.3g}'} | {r.verdict} |"
+            f"| {_p(r.p_value)} | {_p(r.p_holm)} | {r.verdict} |"
         )
     return lines
+
+
+def _p(v: float) -> str:
+    return "n/a" if not math.isfinite(v) else f"{v:.3g}"
 
 
 def _pm(mean: float, std: float, *, scale: float, digits: int) -> str:
@@ -238,6 +294,7 @@ def verdict_csv(rows: Sequence[Paired]) -> str:
             "boot_low",
             "boot_high",
             "verdict",
+            "p_holm",
         ]
     )
     for r in rows:
@@ -258,6 +315,6 @@ def verdict_csv(rows: Sequence[Paired]) -> str:
                     r.boot_high,
                 )
             ]
-            + [r.verdict]
+            + [r.verdict, f"{r.p_holm:.6g}" if math.isfinite(r.p_holm) else ""]
         )
     return buf.getvalue()

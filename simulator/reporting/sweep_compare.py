@@ -8,14 +8,17 @@ measured value in the phase, the retrains in it, its mean removal time) and its 
 (:data:`RUN_METRICS`); every other method is paired with the base (``cr`` when swept, else the
 first method) by :func:`simulator.compare.verdict.paired_values`, the statistics of
 ``unlearnsim compare``: the paired difference ``method - base``, its 95% t interval and the
-paired t test's p value (an exact sign test when the differences are all equal). The verdict
-names the direction only
-(``DR higher`` / ``DR lower`` / ``no difference`` at 95%): which is better depends on the
-metric (higher accuracy, lower budget use, an attack AUC nearer 0.5).
+paired t test's p value (an exact sign test when the differences are all equal), with the p
+values of the whole table adjusted together by Holm's method. Each metric states which way is
+better (:data:`DIRECTIONS`: higher accuracy; lower budget used, retrains and time; the attack
+AUC judged by its distance to 0.5, lower), and the verdict says it in words: ``DR better``,
+``CR better`` or ``no difference`` (familywise 95%), with one bottom line over the table
+(:func:`sweep_bottom_line`). A sweep of one method has nothing to pair and says so.
 
-:func:`plot_sweep` overlays every run over the stream tick, one colour per method: test
-accuracy, budget used and the loss attack's AUC, with the scenario's phases shaded, its shifts
-drawn, and each run's retrains as ticks along the bottom.
+:func:`plot_sweep` overlays every run over the stream tick, one colour per method and one line
+style (and marker) per seed, so a seed's runs pair up: test accuracy, budget used and the loss
+attack's AUC, with the scenario's phases shaded, its shifts drawn, and each run's retrains as
+ticks along the bottom.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.compare.verdict import Paired, Pairing, label, paired_values
+from simulator.compare.verdict import (
+    CORRECTION,
+    Paired,
+    Pairing,
+    holm_adjusted,
+    label,
+    paired_values,
+)
 from simulator.reporting.flat import Scalar
 from simulator.reporting.plot_marks import (
     LEGEND_OUTSIDE,
@@ -47,13 +57,27 @@ from simulator.reporting.runs_compare import (
 )
 from simulator.runner.sweep import SweepRun, read_sweep, sweep_runs
 
+#: The loss attack's AUC as it is judged: its distance to 0.5 (chance), lower is better.
+AUC_METRIC = "MIA |AUC - 0.5| (loss attack)"
+#: Which way each metric is better: ``higher``, ``lower``, or ``None`` (no better or worse:
+#: the forget set's accuracy should match a retrain from scratch, which a sweep does not run).
+DIRECTIONS: dict[str, str | None] = {
+    "test accuracy": "higher",
+    "OOD accuracy": "higher",
+    "forget accuracy": None,
+    AUC_METRIC: "lower",
+    "budget used": "lower",
+    "retrains": "lower",
+    "removal ms per batch": "lower",
+    "wall seconds": "lower",
+}
 #: Per phase: (name, batch column, how): ``last`` value measured in the phase, ``sum`` of
 #: retrains, ``mean`` over its batches (the removal time, in ms).
 PHASE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("test accuracy", "metrics.accuracy_test", "last"),
     ("OOD accuracy", "metrics.accuracy_ood", "last"),
     ("forget accuracy", "metrics.accuracy_forget", "last"),
-    ("MIA AUC (loss attack)", "privacy.attacks.loss.auc", "last"),
+    (AUC_METRIC, "privacy.attacks.loss.auc", "last"),
     ("budget used", "budget_used_ratio", "last"),
     ("retrains", "retrained", "sum"),
     ("removal ms per batch", "timings.total", "mean"),
@@ -66,10 +90,14 @@ RUN_METRICS: tuple[tuple[str, str], ...] = (
     ("wall seconds", "wall_seconds"),
 )
 WHOLE_RUN = "whole run"
+#: Line styles and markers of the seeds in the overlays (colour is the method's).
+SEED_STYLES = ("-", "--", ":", "-.")
+SEED_MARKERS = ("o", "s", "^", "D", "v", "P")
 #: The columns of ``verdicts.csv``.
 CSV_COLUMNS = (
     *("phase", "metric", "method", "base", "seeds", "mean_method", "std_method"),
     *("mean_base", "std_base", "diff", "t_low", "t_high", "p_value", "verdict"),
+    *("p_holm", "better"),
 )
 
 
@@ -101,12 +129,26 @@ class SweepVerdict:
     stats: Paired
 
     @property
+    def direction(self) -> str | None:
+        """Which way the metric is better (:data:`DIRECTIONS`)."""
+        return DIRECTIONS.get(self.metric)
+
+    @property
     def verdict(self) -> str:
-        """``<method> higher`` / ``<method> lower`` / ``no difference`` (at 95%) / ``n/a``."""
-        said = self.stats.verdict
-        if said in ("n/a", "no difference"):
-            return said
-        return f"{label(self.stats.method)} {'higher' if self.stats.low > 0 else 'lower'}"
+        """``DR better`` / ``CR better`` / ``no difference`` / ``n/a`` (Holm-adjusted, 95%).
+
+        For a metric with no better direction (:data:`DIRECTIONS`): ``DR higher`` / ``DR
+        lower``.
+        """
+        s = self.stats
+        if not (math.isfinite(s.low) and math.isfinite(s.p_value)):
+            return "n/a"
+        if not s.significant:
+            return "no difference"
+        if self.direction is None:
+            return f"{label(s.method)} {'higher' if s.diff > 0 else 'lower'}"
+        method_wins = (s.diff > 0) == (self.direction == "higher")
+        return f"{label(s.method if method_wins else s.base)} better"
 
 
 def is_sweep(folder: str | Path) -> bool:
@@ -139,7 +181,7 @@ def phase_values(run: RunSummary) -> dict[tuple[str, str], float]:
         for name, key, how in PHASE_METRICS:
             got = _phase_value(group, key, how)
             if got is not None:
-                out[phase, name] = got
+                out[phase, name] = abs(got - 0.5) if name == AUC_METRIC else got
     final = run.final
     for name, key in RUN_METRICS:
         if key == "retrains":
@@ -196,7 +238,27 @@ def sweep_verdicts(sweep: Sweep) -> list[SweepVerdict]:
                 )
                 if got is not None:
                     out.append(SweepVerdict(phase, metric, got))
-    return out
+    adjusted = holm_adjusted([r.stats for r in out])
+    return [SweepVerdict(r.phase, r.metric, a) for r, a in zip(out, adjusted, strict=True)]
+
+
+def sweep_bottom_line(rows: Sequence[SweepVerdict]) -> str:
+    """One line: each verdict's count over the table, and where a method was better."""
+    if not rows:
+        return "bottom line: nothing was paired"
+    counts: dict[str, list[str]] = {}
+    for r in rows:
+        counts.setdefault(r.verdict, []).append(f"{r.metric} ({r.phase})")
+    parts = []
+    for verdict, where in sorted(counts.items(), key=lambda kv: -len(kv[1])):
+        named = f": {'; '.join(where)}" if verdict.endswith("better") else ""
+        parts.append(f"{verdict} in {len(where)}{named}")
+    return f"bottom line over {len(rows)} paired tests ({CORRECTION}): " + ", ".join(parts)
+
+
+def better_text(metric: str) -> str:
+    """How the tables state a metric's direction: ``higher``, ``lower`` or ``neither``."""
+    return DIRECTIONS.get(metric) or "neither"
 
 
 def scale_of(metric: str) -> float:
@@ -229,20 +291,25 @@ def difference(s: Paired, metric: str) -> str:
 def verdict_markdown(rows: Sequence[SweepVerdict]) -> str:
     """The verdicts as a Markdown table (accuracies and budget in percent)."""
     lines = [
-        "| phase | metric | method vs base | seeds | method | base | difference [95% t "
-        "interval] | p (paired t) | verdict at 95% |",
-        "|" + "---|" * 9,
+        "| phase | metric | better | method vs base | seeds | method | base | difference [95% "
+        "t interval] | p (paired t) | p (Holm) | verdict |",
+        "|" + "---|" * 11,
     ]
     for r in rows:
         s, m = r.stats, r.metric
         unit = " %" if scale_of(m) == 100.0 else ""
-        p = "n/a" if not math.isfinite(s.p_value) else f"{s.p_value:.3g}"
         lines.append(
-            f"| {r.phase} | {m}{unit} | {label(s.method)} vs {label(s.base)} | {s.seeds} "
-            f"| {_cell(s.mean_method, s.std_method, m)} | {_cell(s.mean_base, s.std_base, m)} "
-            f"| {difference(s, m)} | {p} | {r.verdict} |"
+            f"| {r.phase} | {m}{unit} | {better_text(m)} | {label(s.method)} vs {label(s.base)} "
+            f"| {s.seeds} | {_cell(s.mean_method, s.std_method, m)} "
+            f"| {_cell(s.mean_base, s.std_base, m)} | {difference(s, m)} | {p_text(s.p_value)} "
+            f"| {p_text(s.p_holm)} | {r.verdict} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def p_text(v: float) -> str:
+    """A p value as the tables show it (``n/a`` when there is none)."""
+    return "n/a" if not math.isfinite(v) else f"{v:.3g}"
 
 
 def verdict_csv(rows: Sequence[SweepVerdict]) -> str:
@@ -257,7 +324,8 @@ def verdict_csv(rows: Sequence[SweepVerdict]) -> str:
         w.writerow(
             [r.phase, r.metric, s.method, s.base, s.seeds]
             + [f"{v:.6g}" if math.isfinite(v) else "" for v in nums]
-            + [r.verdict]
+            + [r.verdict, f"{s.p_holm:.6g}" if math.isfinite(s.p_holm) else ""]
+            + [better_text(r.metric)]
         )
     return buf.getvalue()
 
@@ -279,14 +347,24 @@ def sweep_markdown(sweep: Sweep, rows: Sequence[SweepVerdict]) -> str:
         f"Each method against {label(sweep.base)}, paired over the seeds (the same data, "
         "federation, stream and shifts per seed): per phase, the value at the end of the phase "
         "(retrains: counted in it; removal time: its mean), then the whole run. The difference "
-        "is method - base with its 95% t interval and the paired t test's p value; the verdict "
-        "names a direction only where the interval excludes 0 (higher is better for accuracy, "
-        "lower for budget used and removal time, nearer 0.5 for an attack AUC).",
-        "",
-        "## Paired verdicts",
+        "is method - base with its 95% t interval and the paired t test's p value. Which way "
+        "is better is stated per metric (`better`): higher accuracy; lower budget used, "
+        "retrains and time; an attack AUC nearer 0.5 (judged as |AUC - 0.5|, lower); the "
+        "forget set's accuracy has no better side (it should match a retrain from scratch). "
+        f"The verdict reads the p value {CORRECTION}: the better method, or no difference.",
         "",
     ]
+    if len(sweep.methods) < 2:
+        return "\n".join([*head, NOTHING_TO_PAIR.format(methods=", ".join(sweep.methods))]) + "\n"
+    head += [f"**{sweep_bottom_line(rows)}**", "", "## Paired verdicts", ""]
     return "\n".join(head) + "\n" + verdict_markdown(rows)
+
+
+#: What a sweep of one method says instead of a table of verdicts.
+NOTHING_TO_PAIR = (
+    "Nothing to pair: the sweep ran one method ({methods}). Paired verdicts need two, e.g. "
+    "`unlearnsim run SCENARIO --seeds 3 --methods cr,decoremoval`."
+)
 
 
 def _tick_points(run: RunSummary, key: str) -> tuple[list[float], list[float]]:
@@ -305,9 +383,16 @@ def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     marks = run_marks(sweep.runs[0][1]) if sweep.runs else StreamMarks()
     colours = {m: f"C{i % 10}" for i, m in enumerate(sweep.methods)}
+    seeds = sorted({run.seed for run, _ in sweep.runs})
+    styles = {s: (SEED_STYLES[i % len(SEED_STYLES)], SEED_MARKERS[i % len(SEED_MARKERS)])
+              for i, s in enumerate(seeds)}  # fmt: skip
+    keys = [Line2D([], [], color=colours[m], lw=1.5, label=m) for m in sweep.methods]
+    keys += [Line2D([], [], color="0.3", ls=styles[s][0], marker=styles[s][1], ms=3,
+                    label=f"seed {s}") for s in seeds]  # fmt: skip
     figures: dict[str, Any] = {}
     for name, key, ylabel in (
         ("accuracy.png", "metrics.accuracy_test", "test accuracy"),
@@ -315,15 +400,13 @@ def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
         ("mia.png", "privacy.attacks.loss.auc", "MIA AUC, loss attack (forget vs holdout)"),
     ):
         fig, ax = plt.subplots(figsize=(10, 4.5))
-        named: set[str] = set()
         retrained: set[str] = set()
         for run, summary in sweep.runs:
             xs, ys = _tick_points(summary, key)
-            first = run.method not in named
-            named.add(run.method)
+            style, marker = styles[run.seed]
             if xs:
-                ax.plot(xs, ys, color=colours[run.method], lw=1.2, alpha=0.75, marker="o", ms=2.5,
-                        label=f"{run.method} (one line per seed)" if first else None)  # fmt: skip
+                ax.plot(xs, ys, color=colours[run.method], lw=1.2, alpha=0.75, ls=style,
+                        marker=marker, ms=3, gid=f"{run.method}-seed{run.seed}")  # fmt: skip
             row = sweep.methods.index(run.method)
             entry = None if run.method in retrained else f"retrains ({run.method}, every seed)"
             if retrain_ticks(ax, summary, {"color": colours[run.method]}, row, entry):
@@ -334,8 +417,12 @@ def plot_sweep(sweep: Sweep, out: Path) -> dict[str, Any]:
             ax.axhline(0.5, color="k", lw=0.8, ls="--", label="chance (0.5)")
         decorate(ax, marks, secondary=False)
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{sweep.manifest.get('scenario', '?')}: {ylabel}, every seed", fontsize=10)
-        ax.legend(fontsize=7, **LEGEND_OUTSIDE)
+        ax.set_title(
+            f"{sweep.manifest.get('scenario', '?')}: {ylabel}, colour: method, line: seed",
+            fontsize=10,
+        )
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=[*keys, *handles], fontsize=7, **LEGEND_OUTSIDE)
         ax.grid(alpha=0.3)
         figures[name] = save_figure(fig, out / name)
     return figures
