@@ -5,6 +5,8 @@ optional packages, memory estimate). Here: what only the command knows before tr
 starts, each failing fast with a one-line :class:`~simulator.errors.ConfigError` naming the
 option:
 
+* the extras of the stream and transport are installed (``--stream kafka`` needs ``kafka``,
+  a Flower transport ``flower``: :mod:`server.extras`);
 * ``--output`` (or the scenario's ``output_dir``) is, or can become, a folder;
 * ``--metrics-port`` can be bound on ``--metrics-addr``;
 * with ``--stream kafka``, a ``--bootstrap`` is given (or the scenario's ``bootstrap``), every
@@ -27,9 +29,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from server.extras import require
 from simulator.errors import ConfigError
+from simulator.reporting.console import hanging
 from simulator.scenario import Scenario
-from simulator.scenario.preflight import PreflightReport, preflight
+from simulator.scenario.preflight import PreflightReport, machine_load, preflight
 
 #: Seconds to keep trying a Kafka bootstrap server before giving up.
 BROKER_WAIT_SECONDS = 5.0
@@ -175,19 +179,48 @@ def check_kafka(args: argparse.Namespace, scenario: Scenario) -> None:
     )
 
 
-def check_run(args: argparse.Namespace, scenario: Scenario, console: Console) -> PreflightReport:
-    """Every pre-flight check of ``unlearnsim run``, before anything is built.
+def check_extras(args: argparse.Namespace, scenario: Scenario) -> None:
+    """The extras of the run's stream and transport are installed (:mod:`server.extras`).
+
+    The Kafka stream needs the ``kafka`` extra, a Flower transport the ``flower`` extra (and
+    ``flower-sim`` Ray, which that extra installs only on some Pythons); each is named as the
+    user chose it: ``--stream kafka``, or ``stream.source: kafka`` when the scenario chose it.
 
     Raises
     ------
+    MissingExtraError
+        In one line: the first extra missing and the command that installs it.
+    """
+    stream = getattr(args, "stream", None)
+    if (stream or scenario.stream.source) == "kafka":
+        require("--stream kafka" if stream else "stream.source: kafka", "kafka")
+    transport = scenario.transport
+    if transport != "inprocess":
+        chosen = f"--transport {transport}" if getattr(args, "transport", None) else None
+        ray = ("ray",) if transport == "flower-sim" else ()
+        require(chosen or f"transport: {transport}", "flwr", *ray)
+
+
+def check_run(
+    args: argparse.Namespace, scenario: Scenario, console: Console, *, runs: int = 1
+) -> PreflightReport:
+    """Every pre-flight check of ``unlearnsim run``, before anything is built.
+
+    ``runs``: the runs of a seeded sweep, for the time estimate (per run and in all).
+
+    Raises
+    ------
+    MissingExtraError
+        The stream or transport needs an extra that is not installed.
     ConfigError
         The first problem found (scenario problems all at once).
     """
+    check_extras(args, scenario)  # first: without them nothing else matters
     report = preflight(scenario, source=str(args.scenario))
     output = getattr(args, "output", None)
     check_output(output or scenario.output_dir, "--output" if output else "output_dir")
     check_port(getattr(args, "metrics_port", None), getattr(args, "metrics_addr", "127.0.0.1"))
     if (getattr(args, "stream", None) or scenario.stream.source) == "kafka":
         check_kafka(args, scenario)
-    console.print(f"pre-flight: {report.summary()}", highlight=False, soft_wrap=True)
+    console.print(hanging("pre-flight: ", report.summary(runs, machine_load())))
     return report

@@ -193,3 +193,32 @@ def test_the_time_estimate_counts_the_start_references() -> None:
     assert _reference_trainings(sc) == checkpoints + 0.5 * lira * (checkpoints + 1)
     no_lira = scenario("evaluation.attacks=[loss]")
     assert _reference_trainings(no_lira) == checkpoints
+
+
+def test_the_time_estimate_states_its_assumption_and_counts_a_sweeps_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.scenario.preflight import MachineLoad, human_seconds
+
+    report = preflight(scenario(), source=str(QUICKSTART))
+    one = human_seconds(report.estimate.seconds)
+    idle = MachineLoad(0.1, 2)
+    assert report.summary(load=idle).endswith(f"time ~{one} (rough, on an idle machine)")
+    six = human_seconds(6 * report.estimate.seconds)
+    assert f"time ~{one} per run, ~{six} for the 6 runs (rough" in report.summary(6, idle)
+    busy = report.summary(load=MachineLoad(5.24, 2))
+    assert busy.endswith(
+        "(rough, on an idle machine; the load now is 5.2 on 2 CPUs, expect longer)"
+    )
+    # run's pre-flight line for a sweep of 3 seeds x 2 methods: the time of its 6 runs
+    import argparse
+
+    from rich.console import Console
+
+    from server.preflight import check_run
+
+    console = Console(record=True, width=100)
+    args = argparse.Namespace(scenario=str(QUICKSTART), output=str(tmp_path / "o"))
+    check_run(args, scenario(), console, runs=6)
+    line = " ".join(console.export_text().split())
+    assert f"time ~{one} per run, ~{six} for the 6 runs (rough, on an idle machine" in line

@@ -180,7 +180,7 @@ def test_mutated_scenarios_fail_cleanly_naming_the_key(
         assert rc in (0, 2), what
         if rc == 0:
             assert not must_fail, what
-            assert out.startswith(f"ok    {file}") and out.count("\n") == 1, what
+            assert out.startswith(f"ok    {file}") and "error" not in out, what
             continue
         named = named_paths(out.strip(), file)
         if must_fail or kind == "unicode":

