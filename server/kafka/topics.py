@@ -11,10 +11,6 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-
 from server.kafka.errors import BrokerUnavailableError
 from server.kafka.security import client_options
 from server.kafka.settings import REQUEST_PARTITIONS, ConsumerSettings, consumer_default
@@ -54,6 +50,10 @@ def ensure_topics(
     BrokerUnavailableError
         The broker did not answer, or a topic could not be created, within ``timeout``.
     """
+    from kafka import KafkaAdminClient  # here: the CLI imports the Topics names at start
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
     deadline = time.monotonic() + timeout
     wanted = {
         topics.requests: request_partitions,

