@@ -95,10 +95,6 @@ def _charged(b: dict[str, Any]) -> float | None:
     return float(v)
 
 
-def _num(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
-
-
 def scope_line(end: dict[str, Any]) -> str:
     """The verdict's scope line, from an event's scope fields.
 
