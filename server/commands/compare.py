@@ -328,7 +328,7 @@ def show_verdicts(console: Console, comparison: Any) -> None:
     The table fits the console (:func:`~simulator.reporting.console.fitted_table`); the bottom
     line counts the verdicts of every test of ``verdict.csv``.
     """
-    from simulator.compare.verdict import CORRECTION, bottom_line, label, verdicts
+    from simulator.compare.verdict import bottom_line, label, verdicts
     from simulator.reporting.console import fitted_table, hanging
 
     rows = verdicts(comparison.measurements, comparison.methods)
@@ -351,4 +351,4 @@ def show_verdicts(console: Console, comparison: Any) -> None:
     ]
     title = f"accuracy at {last} removed, higher is better"
     console.print(fitted_table(console.width, title, header, cells))
-    console.print(hanging("", f"verdicts: {CORRECTION}; {bottom_line(rows)}"))
+    console.print(hanging("", bottom_line(rows)))

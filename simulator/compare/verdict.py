@@ -9,10 +9,10 @@ compared here (accuracy, F1). The p values of a table are adjusted together by H
 step-down method (:func:`holm`), so that a table of many tests does not find a difference by
 chance; the verdict reads the adjusted p value at 95% and the sign of the difference: "DR
 better", "CR better" or "no difference" (two-sided), and :func:`bottom_line` counts them.
-With identical differences (``sd = 0``, common with accuracies on a few hundred rows) the t
-statistic is undefined; the interval is then the point itself and the p value is the exact
-two-sided sign test's, ``2 * 0.5^k`` (1 when the difference is 0), so one image's difference
-repeated on every seed is not a verdict unless ``k >= 6``.
+With identical differences (``sd = 0`` up to rounding, :data:`SAME`; common with accuracies
+on a few hundred rows) the t statistic is undefined; the interval is then the point itself and
+the p value is the exact two-sided sign test's, ``2 * 0.5^k`` (1 when the difference is 0), so
+one image's difference repeated on every seed is not a verdict unless ``k >= 6``.
 
 A seeded percentile bootstrap interval of the mean difference (10,000 resamples of the seeds)
 is reported next to it as a check that does not assume normal differences; with 5 seeds it is
@@ -32,6 +32,9 @@ from simulator.compare.harness import Measurement
 
 #: Two-sided level of every interval and verdict.
 LEVEL = 0.95
+#: Relative spread below which the seeds' differences count as equal (floating-point rounding
+#: of equal differences must not read as a t statistic of 10^13).
+SAME = 1e-12
 BOOTSTRAP_RESAMPLES = 10_000
 
 
@@ -130,7 +133,7 @@ def paired_values(a: Mapping[int, float], b: Mapping[int, float], what: Pairing)
         low = high = p = blo = bhi = nan
     else:
         sd = float(d.std(ddof=1))
-        if sd == 0.0:
+        if sd <= SAME * max(1.0, abs(mean)):  # equal differences, up to rounding
             low = high = mean
             p = 1.0 if mean == 0 else min(1.0, 2 * 0.5**k)
         else:
