@@ -26,15 +26,17 @@ before any retrain; ``guo``: Guo et al.'s data-dependent bound summed since the 
   its reference point.
 
 Backends: ``--backend numpy|torch`` and ``--device cpu|cuda`` (the head's ``backend`` and
-``device`` settings, float64; rows live on the same backend).
+``device`` settings, float64; rows live on the same backend). ``--stream-accounting`` limits the
+long stream to some of the accountings (a ``guo`` stream of 10,000 retrains 141 times).
 
 Then, once: the naive path (the Hessian rebuilt over all rows for every removal) and a
 1,000-row batch under ``exact`` accounting against exact retraining from scratch with the same
 ``b`` (accuracy gap, parameter distance). Prints a table and writes
-``bench/results/removal.json``.
+``bench/results/removal-<device>.json`` with its provenance (command, commit, date, machine,
+load: ``bench/provenance.py``).
 
 Usage: ``python bench/removal.py [--n 60000] [--d 1024] [--seq-cap 3000] [--stream 300]
-[--backend numpy|torch] [--device cpu|cuda] [--no-reference]``
+[--stream-accounting ...] [--backend numpy|torch] [--device cpu|cuda] [--no-reference]``
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -341,6 +344,13 @@ def main() -> None:
         choices=("anchored", "guo", "exact", "worst"),
     )
     p.add_argument(
+        "--stream-accounting",
+        nargs="+",
+        default=None,
+        choices=("anchored", "guo", "exact", "worst"),
+        help="the accountings that run the --stream single removals (default: every one)",
+    )
+    p.add_argument(
         "--only-stream",
         action="store_true",
         help="only the stream of --stream single removals per accounting (no budget cycle, "
@@ -366,8 +376,11 @@ def main() -> None:
         help="the large workloads' path: no copies of the head (build, --stream singles, "
         "--batches, one retrain, memory after each); no accounting comparison",
     )  # fmt: skip
-    p.add_argument("--out", default="bench/results/removal.json")
+    p.add_argument("--out", default=None, help="default: bench/results/removal-<device>.json")
     args = p.parse_args()
+    if args.out is None:
+        args.out = f"bench/results/removal-{args.device}.json"
+    streamed = set(args.accounting if args.stream_accounting is None else args.stream_accounting)
     backend = make_backend(args.device, args.backend)
     load_start = os.getloadavg()
     console = Console()
@@ -399,6 +412,7 @@ def main() -> None:
         import torch
 
         device_name = torch.cuda.get_device_name(0)
+    origin = provenance(None if args.device == "cpu" else device_name)
     console.print(
         f"[bold]workload[/]: n={args.n} d={args.d} K={k} ({source}); "
         f"{args.backend} on {device_name}"
@@ -425,11 +439,13 @@ def main() -> None:
         # partial results survive a timeout or a stop (the one-shot GPU check has a fixed
         # budget; a 10,000-removal stream on 2 cores takes most of an hour)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        body = {"partial": True, "modes": modes, **(extra or {}), **settings}
+        body = {"provenance": origin, "partial": True, "modes": modes, **(extra or {}),
+                **settings}  # fmt: skip
         Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
 
     if args.large:
         body = {
+            "provenance": origin,
             "n": args.n, "d": args.d, "k": k, "backend": args.backend, "device": args.device,
             "device_name": device_name, "accounting": cfg.accounting, "source": source,
             "train_seconds": train_s, "memory_after_training": gpu_memory(),
@@ -480,7 +496,7 @@ def main() -> None:
                     with_config(fresh, accounting=accounting), order, args.batches
                 ),
             }
-        if args.stream:
+        if args.stream and accounting in streamed:
 
             def progress(so_far: dict[str, Any], accounting: str = accounting) -> None:
                 modes[accounting]["stream"] = so_far
@@ -496,7 +512,8 @@ def main() -> None:
 
     if args.only_stream:
         Path(args.out).write_text(
-            json.dumps({"modes": modes, **settings, "load_average_at_end": os.getloadavg(),
+            json.dumps({"provenance": origin, "modes": modes, **settings,
+                        "load_average_at_end": os.getloadavg(),
                         "source": source, "budget": fresh.budget,
                         "machine": f"{platform.machine()} ({platform.node()}), "
                         f"{os.cpu_count()} cores"}, indent=2) + "\n"
@@ -529,6 +546,7 @@ def main() -> None:
         )
     headline = next(iter(modes))  # the first --accounting (default: anchored, the default)
     result = {
+        "provenance": origin,
         "accounting": headline,  # the headline figures below; every mode in "modes"
         "removals_before_retrain": modes[headline]["removals_before_retrain"],
         "retrain_seconds": modes[headline]["retrain_seconds"],
@@ -560,6 +578,8 @@ def main() -> None:
 
     def cell(mode: str, key: str, fmt: str) -> str:
         value = modes[mode].get(key)
+        if key == "amortised_seconds_per_removal" and "stream" not in modes[mode]:
+            value = None  # no stream for this accounting: the figure is one cycle's
         return "-" if value is None else format(value, fmt)
 
     for key, label, fmt in (
