@@ -138,6 +138,26 @@ class _Session:
     ledger: Ledger
 
 
+@dataclass
+class _Batch:
+    """One micro-batch decoded: its requests with their records, refusals and dead letters.
+
+    Attributes
+    ----------
+    sources : the record of each request (held ones first).
+    requests : the requests, in that order.
+    denied : position in ``requests`` -> why the gate refused it.
+    dead : dead letters of the records that are not requests.
+    kinds : dead letters by kind.
+    """
+
+    sources: list[Incoming]
+    requests: list[DeletionRequest]
+    denied: dict[int, str] = field(default_factory=dict)
+    dead: list[OutRecord] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
 class DeletionConsumer:
     """Consumes deletion requests into ``fed`` (see the module docstring)."""
 
@@ -194,22 +214,10 @@ class DeletionConsumer:
             fsync=cfg.fsync,
             snapshot_every=cfg.snapshot_every,
             min_rows=cfg.min_removal_batch,
-            background=cfg.snapshot_every > 1,  # 1: a full checkpoint per batch, as before
+            background=cfg.snapshot_every > 1,  # 1: a full checkpoint per batch
         )
         with store:
-            state = store.load()
-            if store.recovered is not None:
-                self._emit({"event": "checkpoint_recovered", "message": store.recovered})
-            resumed = state is not None
-            self.state = state = state or ConsumerState()
-            for name in COUNTERS:
-                state.counters.setdefault(name, 0)
-            state.sessions += 1
-            if self.recorder is not None:  # a batch checkpointed just before a crash
-                recover_batch(self.recorder, state, cfg.topics.receipts)
-            ledger = Ledger(state.ledger)
-            registry = registry_of(self.fed) if cfg.gate.ownership else None
-            self.gate = Gate(cfg.gate, registry, state.rate)
+            resumed = self._restore(store)
             publisher = self._new_publisher()
             self._store, self._delivery = store, Delivery(publisher)
             consumer: KafkaConsumer | None = None
@@ -224,18 +232,8 @@ class DeletionConsumer:
                     )
                     consumer = self._open()
                 parts = sorted(consumer.assignment(), key=lambda tp: tp.partition)
-                self._resume(consumer, parts, store)  # first: a gap stops before anything is sent
-                if state.outbox:  # the last batch's outbox may not have reached the broker
-                    with self.waits.abandonable():
-                        state.published_until = publisher.publish(
-                            state.outbox, state.batch, start=state.published_until, verify=True
-                        )
-                if not resumed:  # the journal's base snapshot is set-up, not the first batch's
-                    store.snapshot(state)
-                if state.run.evaluate and state.run.monitor is None:
-                    # the evaluation baselines are set-up, not the first batch's latency (the
-                    # same values: nothing is deleted between here and the first batch)
-                    state.run.monitor = RunMonitor.start(self.fed)
+                session = _Session(consumer, parts, store, Ledger(self.state.ledger))
+                self._ready(session, resumed)
                 self._emit(
                     {
                         "event": "consumer_start",
@@ -246,7 +244,7 @@ class DeletionConsumer:
                     }
                 )
                 with frozen_set_up():  # no full collection walks the set-up (collector.py)
-                    self._loop(_Session(consumer, parts, store, ledger))
+                    self._loop(session)
                 self._deliver()
                 self._close_journal(store)
                 ended = True
@@ -263,15 +261,55 @@ class DeletionConsumer:
                     consumer.close(autocommit=False)
                 publisher.close()
                 self._log.close()
+        return self._end(wall, resumed, publisher.retries)
+
+    def _restore(self, store: CheckpointStore) -> bool:
+        """Load the checkpoint (if any) into the federation and this consumer; whether it did.
+
+        A batch checkpointed just before a crash goes to the run folder.
+        """
+        state = store.load()
+        if store.recovered is not None:
+            self._emit({"event": "checkpoint_recovered", "message": store.recovered})
+        resumed = state is not None
+        self.state = state = state or ConsumerState()
+        for name in COUNTERS:
+            state.counters.setdefault(name, 0)
+        state.sessions += 1
+        if self.recorder is not None:
+            recover_batch(self.recorder, state, self.config.topics.receipts)
+        registry = registry_of(self.fed) if self.config.gate.ownership else None
+        self.gate = Gate(self.config.gate, registry, state.rate)
+        return resumed
+
+    def _ready(self, session: _Session, resumed: bool) -> None:
+        """Get ready to read: check the log, finish the checkpointed outbox, first snapshot."""
+        state, store = self.state, session.store
+        self._resume(session.consumer, session.parts, store)  # a gap stops before any send
+        if state.outbox:  # the last batch's outbox may not have reached the broker
+            assert self._delivery is not None
+            with self.waits.abandonable():
+                state.published_until = self._delivery.publisher.publish(
+                    state.outbox, state.batch, start=state.published_until, verify=True
+                )
+        if not resumed:  # the journal's base snapshot is set-up, not the first batch's
+            store.snapshot(state)
+        if state.run.evaluate and state.run.monitor is None:
+            # the evaluation baselines are set-up, not the first batch's latency (the same
+            # values: nothing is deleted between here and the first batch)
+            state.run.monitor = RunMonitor.start(self.fed)
+
+    def _end(self, wall: float, resumed: bool, retries: int) -> dict[str, Any]:
+        """The ``consumer_end`` summary, emitted and returned."""
         summary = {"event": "consumer_end", **self._totals()}
         summary["session"] = {
             **self.session,
             "resumed": resumed,
-            "publish_retries": publisher.retries,
+            "publish_retries": retries,
             "wall_seconds": time.perf_counter() - wall,
         }
-        summary["publish_retries"] = publisher.retries
-        summary["gaps"] = list(state.gaps)
+        summary["publish_retries"] = retries
+        summary["gaps"] = list(self.state.gaps)
         self._emit(summary)
         return summary
 
@@ -510,49 +548,90 @@ class DeletionConsumer:
         """
         if not self._log_holds(records, session):  # the log check, on every fetch
             return
-        consumer, parts = session.consumer, session.parts
-        cfg, state = self.config, self.state
         t0 = time.perf_counter()
-        sources = [src for src, _ in state.pending]  # held requests go first
-        requests = [req for _, req in state.pending]
-        dead: list[OutRecord] = []
-        kinds: dict[str, int] = {}
-        denied: dict[int, str] = {}
-        for rec in records:
-            decoded = decode_request(rec.value, max_bytes=cfg.max_request_bytes)
-            if isinstance(decoded, Malformed):
-                kinds[decoded.kind] = kinds.get(decoded.kind, 0) + 1
-                dead.append(
-                    dead_letter(
-                        rec,
-                        decoded,
-                        source_topic=cfg.topics.requests,
-                        topic=cfg.topics.dead_letters,
-                    )
-                )
-                continue
-            why = self._refuse(decoded, rec)
-            if why is not None:
-                denied[len(requests)] = why
-            requests.append(decoded)
-            sources.append(rec)
+        batch = self._decode(records)
         result = apply_batch(
             self.fed,
-            state.run,
-            requests,
+            self.state.run,
+            batch.requests,
             ledger=session.ledger,
-            denied=denied,
-            min_rows=cfg.min_removal_batch,
+            denied=batch.denied,
+            min_rows=self.config.min_removal_batch,
         )
         t_apply = time.perf_counter()
         self._deliver(ahead=True)  # the last batch's receipts, published meanwhile
         t_waited = time.perf_counter()
-        state.pending = [(sources[i], requests[i]) for i in result.held]
+        reasons = self._advance(records, batch, result)
+        given = BatchInput(tuple(r.to_json().decode() for r in batch.requests), batch.denied)
+        checkpoint = session.store.save(self.state, given)
+        t_saved = time.perf_counter()
+        committed = self._commit(session.consumer, session.parts)
+        event = result.event
+        event.update(
+            kafka_fields(self.state, records=len(records), dead=batch.kinds, unauthorised=reasons),
+            committed=committed,
+            lag_requests=lag(session.consumer, session.parts),
+        )
+        event.setdefault("timings", {}).update(
+            apply=t_apply - t0,
+            publish_wait=t_waited - t_apply,
+            checkpoint=checkpoint,
+            **{f"checkpoint_{part}": s for part, s in session.store.last_parts.items()},
+            commit=time.perf_counter() - t_saved,
+        )
+        if result.report is not None:
+            event["timings"]["removal"] = result.report.timings.get("total", 0.0)
+        assert self._delivery is not None
+        self._delivery.start(
+            self.state.outbox,
+            self.state.batch,
+            start=self.state.published_until,
+            outcome=result,
+            sent_ms=[
+                src.timestamp_ms
+                for r, src in zip(result.receipts, batch.sources, strict=True)
+                if r is not None
+            ],
+            started=t0,
+        )
+
+    def _decode(self, records: list[Incoming]) -> _Batch:
+        """The batch's requests (held ones first), dead letters and the gate's refusals."""
+        cfg = self.config
+        batch = _Batch(
+            sources=[src for src, _ in self.state.pending],
+            requests=[req for _, req in self.state.pending],
+        )
+        for rec in records:
+            decoded = decode_request(rec.value, max_bytes=cfg.max_request_bytes)
+            if isinstance(decoded, Malformed):
+                batch.kinds[decoded.kind] = batch.kinds.get(decoded.kind, 0) + 1
+                letter = dead_letter(
+                    rec, decoded, source_topic=cfg.topics.requests, topic=cfg.topics.dead_letters
+                )
+                batch.dead.append(letter)
+                continue
+            why = self._refuse(decoded, rec)
+            if why is not None:
+                batch.denied[len(batch.requests)] = why
+            batch.requests.append(decoded)
+            batch.sources.append(rec)
+        return batch
+
+    def _advance(
+        self, records: list[Incoming], batch: _Batch, result: BatchOutcome
+    ) -> dict[str, int]:
+        """Bring the consumer's state past the batch; the gate's refusals by reason.
+
+        Held requests, outbox, offsets and last records, counters and the batch's event.
+        """
+        cfg, state = self.config, self.state
+        state.pending = [(batch.sources[i], batch.requests[i]) for i in result.held]
         state.outbox = [
             receipt_record(r, src, topic=cfg.topics.receipts)
-            for r, src in zip(result.receipts, sources, strict=True)
+            for r, src in zip(result.receipts, batch.sources, strict=True)
             if r is not None
-        ] + dead
+        ] + batch.dead
         state.batch += 1
         for rec in records:
             if rec.offset + 1 > state.offsets.get(rec.partition, 0):
@@ -562,45 +641,13 @@ class DeletionConsumer:
                 )
         self.gate.prune()
         for counters in (state.counters, self.session):
-            count_batch(counters, len(records), result, len(dead))
+            count_batch(counters, len(records), result, len(batch.dead))
         reasons: dict[str, int] = {}
         for i in result.unauthorised:
-            reason = denied[i].split(":", 1)[0]
+            reason = batch.denied[i].split(":", 1)[0]
             reasons[reason] = reasons.get(reason, 0) + 1
-        state.batch_event = batch_record(result, state, len(records), kinds, reasons)
-        given = BatchInput(tuple(r.to_json().decode() for r in requests), dict(denied))
-        checkpoint = session.store.save(state, given)
-        t_saved = time.perf_counter()
-        committed = self._commit(consumer, parts)
-        t_committed = time.perf_counter()
-        event = result.event
-        event.update(
-            kafka_fields(state, records=len(records), dead=kinds, unauthorised=reasons),
-            committed=committed,
-            lag_requests=lag(consumer, parts),
-        )
-        event.setdefault("timings", {}).update(
-            apply=t_apply - t0,
-            publish_wait=t_waited - t_apply,
-            checkpoint=checkpoint,
-            **{f"checkpoint_{part}": s for part, s in session.store.last_parts.items()},
-            commit=t_committed - t_saved,
-        )
-        if result.report is not None:
-            event["timings"]["removal"] = result.report.timings.get("total", 0.0)
-        assert self._delivery is not None
-        self._delivery.start(
-            state.outbox,
-            state.batch,
-            start=state.published_until,
-            outcome=result,
-            sent_ms=[
-                src.timestamp_ms
-                for r, src in zip(result.receipts, sources, strict=True)
-                if r is not None
-            ],
-            started=t0,
-        )
+        state.batch_event = batch_record(result, state, len(records), batch.kinds, reasons)
+        return reasons
 
     def _deliver(self, *, ahead: bool = False) -> bool:
         """Wait for the last batch's receipts to be on the broker; emit that batch's event.
