@@ -256,33 +256,18 @@ def retrain_head(
     history: list[tuple[Array, Array]] = []
     for it in range(max_iter + 1):
         if np.all(norms <= tol * scale):
-            # one Hessian build at the converged head, then one Newton step with it (a polish
-            # that costs K factorisations and a gradient pass: the head lands where a cold
-            # Newton run lands, well inside the tolerance); the build's point is the reference
-            final = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
-            builds += 1
-            H = objective_hessian(final, lam=lam)
-            factors = _cholesky_factors(H, bk)  # handed on to the removal solver
-            newton_step = _cholesky_preconditioner(H, bk, factors)(
-                objective_gradient(final, W, b, lam=lam)
-            )
-            polished = W - newton_step
-            pstats = statistics_in(data, StatisticsRequest(polished), bk)
-            pgrad = objective_gradient(pstats, polished, b, lam=lam)
-            pnorms = bk.to_numpy(bk.norms(pgrad))
-            better = np.linalg.norm(pnorms) <= np.linalg.norm(norms)
-            W_out, out_norms = (polished, pnorms) if better else (W, norms)
+            polish = _polish(_Objective(data, b, lam, bk), W, norms)
             return TrainResult(
-                W_out,
-                out_norms,
+                polish.W,
+                polish.norms,
                 it + 1,
-                H,
+                polish.hessian,
                 None,
                 time.perf_counter() - t0,
                 newton_iterations=newton + 1,
-                hessian_builds=builds,
+                hessian_builds=builds + 1,
                 reference=W,
-                factors=factors,
+                factors=polish.factors,
             )
         if it == max_iter:
             break
@@ -311,6 +296,40 @@ def retrain_head(
         f"warm retrain did not reach ||grad|| <= {tol} * {scale} in {max_iter} iterations "
         f"(max gradient norm {float(norms.max()):.3e})"
     )
+
+
+@dataclass(frozen=True)
+class _Polished:
+    """A converged warm retrain's last step (:func:`_polish`).
+
+    The head, its gradient norms, the Hessians at the converged head (the reference) and their
+    factors.
+    """
+
+    W: Array
+    norms: FloatArray
+    hessian: Array
+    factors: Array
+
+
+def _polish(objective: _Objective, W: Array, norms: FloatArray) -> _Polished:
+    """One Hessian build at the converged head ``W``, then one Newton step with it.
+
+    A polish that costs K factorisations and a gradient pass: the head lands where a cold
+    Newton run lands, well inside the tolerance. The step is kept when it lowers the stacked
+    gradient norm; the build's point is the reference either way.
+    """
+    data, b, lam, bk = objective.data, objective.b, objective.lam, objective.bk
+    final = statistics_in(data, StatisticsRequest(W, hessian=True), bk)
+    H = objective_hessian(final, lam=lam)
+    factors = _cholesky_factors(H, bk)  # handed on to the removal solver
+    step = _cholesky_preconditioner(H, bk, factors)(objective_gradient(final, W, b, lam=lam))
+    polished = W - step
+    pstats = statistics_in(data, StatisticsRequest(polished), bk)
+    pnorms = bk.to_numpy(bk.norms(objective_gradient(pstats, polished, b, lam=lam)))
+    if np.linalg.norm(pnorms) <= np.linalg.norm(norms):
+        return _Polished(polished, pnorms, H, factors)
+    return _Polished(W, norms, H, factors)
 
 
 def _lbfgs_direction(
