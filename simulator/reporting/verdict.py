@@ -201,40 +201,58 @@ def certificate_verdict(
         f"guarantee: {head_guarantee(end)}",
         scope,
         f"accounting: {accounting} ({ACCOUNTING_NOTES.get(accounting, '?')})",
+        _budget_line(batches, over),
+        _reference_line(checked, exceeded),
+        *_largest_charges(batches, removing),
     ]
+    by = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+    lines.append(f"retrains: {sum(reasons.values())} ({by})" if reasons else "retrains: none")
+    if end.get("interrupted"):
+        lines.append(f"covers the {len(batches)} batch(es) applied before the interrupt")
+    return Verdict(held, headline, lines)
+
+
+def _budget_line(batches: list[dict[str, Any]], over: list[dict[str, Any]]) -> str:
+    """Whether the charge stayed within the budget: its peak, or the batches above it."""
     if over:
         worst = max(over, key=lambda b: b["cumulative_residual"] / b["budget"])
-        lines.append(
+        return (
             f"charge ABOVE the budget in {len(over)} batch(es); worst "
             f"{_pct(worst['cumulative_residual'] / worst['budget'])} at {cause(worst)}"
         )
-    else:
-        used = [
-            b["cumulative_residual"] / b["budget"]
-            for b in batches
-            if isinstance(b.get("cumulative_residual"), int | float) and b.get("budget")
-        ]
-        peak = _pct(max(used)) if used else "n/a"
-        lines.append(f"charge never above the budget (peak {peak} of it between retrains)")
-    if checked:
-        worst_c = max(checked, key=lambda c: c["residual_against_cold_fit"] / c["budget"])
-        state = "EXCEEDED at " + str(len(exceeded)) if exceeded else "within the budget at all"
-        lines.append(
-            f"exact residual vs a retrain from scratch: {state} {len(checked)} reference "
-            f"checkpoint(s) (max {worst_c['residual_against_cold_fit']:.3g} of budget "
-            f"{worst_c['budget']:.3g}, at {worst_c.get('checkpoint')} removals)"
-        )
-    else:
-        lines.append("exact residual vs a retrain from scratch: not measured (no checkpoint)")
+    used = [
+        b["cumulative_residual"] / b["budget"]
+        for b in batches
+        if isinstance(b.get("cumulative_residual"), int | float) and b.get("budget")
+    ]
+    peak = _pct(max(used)) if used else "n/a"
+    return f"charge never above the budget (peak {peak} of it between retrains)"
+
+
+def _reference_line(checked: list[dict[str, Any]], exceeded: list[dict[str, Any]]) -> str:
+    """The exact residual against a retrain from scratch at the reference checkpoints."""
+    if not checked:
+        return "exact residual vs a retrain from scratch: not measured (no checkpoint)"
+    worst = max(checked, key=lambda c: c["residual_against_cold_fit"] / c["budget"])
+    state = "EXCEEDED at " + str(len(exceeded)) if exceeded else "within the budget at all"
+    return (
+        f"exact residual vs a retrain from scratch: {state} {len(checked)} reference "
+        f"checkpoint(s) (max {worst['residual_against_cold_fit']:.3g} of budget "
+        f"{worst['budget']:.3g}, at {worst.get('checkpoint')} removals)"
+    )
+
+
+def _largest_charges(batches: list[dict[str, Any]], removing: list[dict[str, Any]]) -> list[str]:
+    """The largest single charge kept, and the largest that forced a retrain (if any)."""
     charges = [(c, b) for b in batches if (c := _charged(b)) is not None]
     if charges:
         top, top_batch = max(charges, key=lambda cb: cb[0] / cb[1]["budget"])
-        lines.append(
+        lines = [
             f"largest single charge: {top:.3g} = {_share(top / top_batch['budget'])}, "
             f"{cause(top_batch)}"
-        )
+        ]
     else:
-        lines.append("largest single charge: none kept (every removing batch retrained)")
+        lines = ["largest single charge: none kept (every removing batch retrained)"]
     forced = [
         b
         for b in removing
@@ -249,11 +267,7 @@ def certificate_verdict(
             f"largest charge that forced a retrain: {float(b['charged']):.3g} = "
             f"{_share(float(b['charged']) / b['budget'])}, {cause(b)}"
         )
-    by = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
-    lines.append(f"retrains: {sum(reasons.values())} ({by})" if reasons else "retrains: none")
-    if end.get("interrupted"):
-        lines.append(f"covers the {len(batches)} batch(es) applied before the interrupt")
-    return Verdict(held, headline, lines)
+    return lines
 
 
 def exact_pass(batch: dict[str, Any]) -> bool:
