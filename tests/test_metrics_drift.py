@@ -1,4 +1,5 @@
-"""Drift statistics against slow references: loop MMD^2, loop permutations, scipy JS and chi2."""
+"""Drift statistics against slow references (loop MMD^2, loop permutations) and, for the label
+shift statistics from scipy, hand-computed cases, closed forms and properties."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import jensenshannon
-from scipy.stats import chi2_contingency
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import InputError
 from simulator.metrics import (
@@ -86,19 +87,73 @@ def test_permutation_p_value_is_calibrated_and_powerful() -> None:
     assert shifted.mmd2 > 0.05
 
 
-def test_label_shift_against_scipy() -> None:
+def entropy_bits(p: list[float]) -> float:
+    return -sum(v * math.log2(v) for v in p if v > 0)
+
+
+def test_label_shift_by_hand() -> None:
     p = np.array([0.5, 0.3, 0.2, 0.0])
     q = np.array([0.1, 0.1, 0.4, 0.4])
     assert total_variation(p, q) == pytest.approx(0.6)
-    assert js_divergence(p, q) == pytest.approx(jensenshannon(p, q, base=2) ** 2)
+    # JS = H((p + q) / 2) - (H(p) + H(q)) / 2, in bits
+    m = [0.3, 0.2, 0.3, 0.2]
+    expected = entropy_bits(m) - 0.5 * (entropy_bits([0.5, 0.3, 0.2]) + entropy_bits([0.1] * 2))
+    expected += -0.5 * entropy_bits([0.4, 0.4])
+    assert js_divergence(p, q) == pytest.approx(expected, rel=1e-12)
+    # (1/2, 1/2) vs (1, 0): H(3/4, 1/4) - 1/2 = 0.3113 bits
+    assert js_divergence(np.array([0.5, 0.5]), np.array([1.0, 0.0])) == pytest.approx(
+        -0.75 * math.log2(0.75) - 0.25 * math.log2(0.25) - 0.5, rel=1e-12
+    )
     assert js_divergence(p, p) == 0.0
     assert js_divergence(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == pytest.approx(1.0)
+    assert math.isnan(js_divergence(np.full(2, np.nan), p[:2]))
+
+
+def test_chi2_p_values_by_hand() -> None:
+    # 2 x 3: expected counts = row total * column total / 120; the statistic by Pearson's sum,
+    # and with 2 degrees of freedom the chi-square tail is exp(-x / 2)
     a = np.array([30.0, 20.0, 10.0, 0.0])
     b = np.array([15.0, 25.0, 20.0, 0.0])
-    ref = chi2_contingency(np.stack([a[:3], b[:3]]), correction=False).pvalue
-    assert chi2_homogeneity_p_value(a, b) == pytest.approx(ref)
+    cols = [45.0, 45.0, 30.0]
+    stat = sum(
+        (obs - row * col / 120.0) ** 2 / (row * col / 120.0)
+        for counts, row in ((a, 60.0), (b, 60.0))
+        for obs, col in zip(counts[:3], cols, strict=True)
+    )
+    assert stat == pytest.approx(80 / 9, rel=1e-12)
+    assert chi2_homogeneity_p_value(a, b) == pytest.approx(math.exp(-stat / 2), rel=1e-12)
+    # 2 x 2, one degree of freedom: tail erfc(sqrt(x / 2)); no Yates correction (which would
+    # shrink |obs - expected| by 1/2: statistic 5.4, p 0.020, not 0.0098)
+    stat = 4 * 5.0**2 / 15.0
+    assert chi2_homogeneity_p_value(np.array([10.0, 20.0]), np.array([20.0, 10.0])) == (
+        pytest.approx(math.erfc(math.sqrt(stat / 2)), rel=1e-12)
+    )
     assert chi2_homogeneity_p_value(np.array([5.0, 0]), np.array([7.0, 0])) == 1.0
     assert math.isnan(chi2_homogeneity_p_value(np.zeros(2), np.array([1.0, 2.0])))
+
+
+counts = st.lists(st.integers(0, 30), min_size=2, max_size=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=counts, b=counts, scale=st.integers(1, 4))
+def test_label_shift_properties(a: list[int], b: list[int], scale: int) -> None:
+    k = min(len(a), len(b))
+    ca, cb = np.array(a[:k], float), np.array(b[:k], float)
+    if not ca.sum() or not cb.sum():
+        return
+    p, q = ca / ca.sum(), cb / cb.sum()
+    js = js_divergence(p, q)
+    # symmetric, in [0, 1], zero exactly for one distribution, at most the total variation
+    assert js == pytest.approx(js_divergence(q, p), abs=1e-15)
+    assert 0.0 <= js <= total_variation(p, q) + 1e-12
+    assert js_divergence(p, p) == 0.0
+    # the chi-square p-value: a probability, the same for the samples swapped, and 1 when
+    # one sample is the other scaled (the same class distribution)
+    pv = chi2_homogeneity_p_value(ca, cb)
+    assert 0.0 <= pv <= 1.0
+    assert pv == pytest.approx(chi2_homogeneity_p_value(cb, ca), rel=1e-12)
+    assert chi2_homogeneity_p_value(ca, scale * ca) == pytest.approx(1.0)
 
 
 def test_label_shift_from_labels() -> None:

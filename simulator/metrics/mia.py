@@ -15,11 +15,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
 
 from simulator.errors import InputError, NumericalError
 from simulator.metrics.roc import DEFAULT_FPRS, AttackSummary, summarize_attack
@@ -56,31 +59,32 @@ class LogisticFit:
 def fit_logistic_1d(
     x: FloatArray, t: NDArray[np.bool_], *, c: float = 1.0, tol: float = 1e-10
 ) -> LogisticFit:
-    """Newton's method on ``coef^2 / 2 + c * sum_i log(1 + exp(-t_i (coef x_i + b)))``.
+    """Minimise ``coef^2 / 2 + c * sum_i log(1 + exp(-t_i (coef x_i + b)))`` (``t_i = +-1``).
 
-    This is scikit-learn's ``LogisticRegression(C=c)`` objective (L2 penalty on the
-    coefficient only, unpenalised intercept), solved exactly.
+    scikit-learn's ``LogisticRegression(C=c)`` (L2 penalty on the coefficient only, the
+    intercept unpenalised), solved by its Newton solver (``newton-cholesky``) to ``tol``.
+
+    Raises
+    ------
+    InputError
+        ``x`` and ``t`` are not non-empty 1-D arrays of one length, or ``x`` is not finite.
+    NumericalError
+        The solver did not converge in 100 Newton steps.
     """
     x = np.asarray(x, dtype=np.float64)
-    sign = np.where(np.asarray(t, dtype=bool), 1.0, -1.0)
-    if x.ndim != 1 or sign.shape != x.shape or not x.size:
+    labels = np.asarray(t, dtype=bool)
+    if x.ndim != 1 or labels.shape != x.shape or not x.size:
         raise InputError(f"x and t must be non-empty 1-D arrays of one length, got {x.shape}")
     if not np.all(np.isfinite(x)):
         raise InputError("features contain non-finite values")
-    theta = np.zeros(2)
-    design = np.stack([x, np.ones_like(x)], axis=1)
-    penalty = np.diag([1.0, 0.0])
-    for it in range(100):
-        margin = sign * (design @ theta)
-        q = 0.5 * (1.0 - np.tanh(0.5 * margin))  # sigmoid(-margin), stable
-        grad = penalty @ theta - c * design.T @ (sign * q)
-        curv = q * (1.0 - q)
-        hess = penalty + c * (design.T * curv) @ design + 1e-12 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        theta = theta - step
-        if float(np.max(np.abs(step))) < tol * (1.0 + float(np.max(np.abs(theta)))):
-            return LogisticFit(float(theta[0]), float(theta[1]), it + 1)
-    raise NumericalError("one-feature logistic regression did not converge in 100 steps")
+    model = LogisticRegression(C=c, solver="newton-cholesky", tol=tol, max_iter=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        try:
+            model.fit(x[:, None], labels)
+        except ConvergenceWarning as exc:
+            raise NumericalError(f"one-feature logistic regression: {exc}") from exc
+    return LogisticFit(float(model.coef_[0, 0]), float(model.intercept_[0]), int(model.n_iter_[0]))
 
 
 @dataclass(frozen=True)

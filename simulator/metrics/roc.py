@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score, roc_curve
 
 from simulator.errors import InputError
 
@@ -61,25 +61,31 @@ def _scores(x: FloatArray, name: str) -> FloatArray:
     return arr
 
 
-def roc_auc(members: FloatArray, nonmembers: FloatArray) -> float:
-    """Mann-Whitney AUC with ties counted one half (equals scikit-learn's ``roc_auc_score``)."""
+def _labelled(members: FloatArray, nonmembers: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Labels (1: member) and scores of both sides, as scikit-learn's ROC functions take them."""
     pos, neg = _scores(members, "member"), _scores(nonmembers, "non-member")
-    if not pos.size or not neg.size:
+    labels = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    return labels, np.concatenate([pos, neg])
+
+
+def roc_auc(members: FloatArray, nonmembers: FloatArray) -> float:
+    """ROC AUC, ``P(s_member > s_nonmember) + P(=)/2`` (scikit-learn's ``roc_auc_score``)."""
+    labels, scores = _labelled(members, nonmembers)
+    if labels.all() or not labels.any():
         return float("nan")
-    ranks = rankdata(np.concatenate([pos, neg]))
-    u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
-    return u / (pos.size * neg.size)
+    return float(roc_auc_score(labels, scores))
 
 
 def max_advantage(members: FloatArray, nonmembers: FloatArray) -> float:
-    """``max_t TPR(t) - FPR(t)`` over every threshold ``s >= t`` (>= 0: ``t`` above all)."""
-    pos, neg = _scores(members, "member"), _scores(nonmembers, "non-member")
-    if not pos.size or not neg.size:
+    """``max_t TPR(t) - FPR(t)`` over every threshold ``s >= t`` (>= 0: ``t`` above all).
+
+    The thresholds are those of scikit-learn's ``roc_curve`` (every distinct score, and one
+    above them all).
+    """
+    labels, scores = _labelled(members, nonmembers)
+    if labels.all() or not labels.any():
         return float("nan")
-    thresholds = np.unique(np.concatenate([pos, neg]))
-    pos_sorted, neg_sorted = np.sort(pos), np.sort(neg)
-    tpr = 1.0 - np.searchsorted(pos_sorted, thresholds, side="left") / pos.size
-    fpr = 1.0 - np.searchsorted(neg_sorted, thresholds, side="left") / neg.size
+    fpr, tpr, _ = roc_curve(labels, scores, drop_intermediate=False)
     return float(max(0.0, float(np.max(tpr - fpr))))
 
 
