@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per scenario")
     parser.add_argument("--output", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    origin = provenance()  # command, commit, date, machine, load before the run
     paths = shipped()
     if args.only:
         wanted = set(args.only.split(","))
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.output.write_text(
-        json.dumps({"factor": FACTOR, **meta, "scenarios": rows}, indent=2) + "\n"
+        json.dumps({"provenance": origin, "factor": FACTOR, **meta, "scenarios": rows}, indent=2)
+        + "\n"
     )
     ran = [r for r in rows if r["status"] != "skipped"]
     return 0 if all(r.get("within") for r in ran) else 1

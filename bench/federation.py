@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -241,6 +242,7 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="one more scenario override for every run (repeatable)")  # fmt: skip
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     console = Console(width=160)
     counts = [int(c) for c in args.clients.split(",")]
     results = []
@@ -275,7 +277,7 @@ def main() -> None:
         "idle_fleet": idle,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    args.out.write_text(json.dumps({"provenance": origin, **payload}, indent=2) + "\n")
     console.print(f"wrote {args.out}")
 
 

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -109,6 +110,7 @@ def main() -> None:
             for s in ("tests", "removal", "stream", "kafka", "kafka-nosnap", "tall", "wide")
         },
     }
+    body = {"provenance": provenance(body["device_name"]), **body}
     (out / "gpu.json").write_text(json.dumps(body, indent=2) + "\n")
     table = Table(title=f"GPU figures ({body['device_name']}, anchored)")
     for col in ("figure", "value", "target", "met"):

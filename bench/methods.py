@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -111,6 +112,7 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(registered_unlearners()))
     p.add_argument("--out", default="bench/results/methods.json")
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     methods = [m for m in args.methods.split(",") if m]
     if "cr" not in methods:
         methods.insert(0, "cr")
@@ -186,7 +188,7 @@ def main() -> None:
         ),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"provenance": origin, **out}, indent=2) + "\n")
     console.print(f"wrote {args.out}")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -78,6 +79,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], dest="overrides")
     p.add_argument("--out", default="bench/results/objectives.json")
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     console = Console()
     scenario = load_scenario(Path(args.scenario), overrides=args.overrides)
     t = time.perf_counter()
@@ -128,7 +130,7 @@ def main() -> None:
         "machine": f"{os.cpu_count()} cores, load {os.getloadavg()}",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"provenance": origin, **result}, indent=2) + "\n")
     console.print(f"wrote {args.out}")
 
 

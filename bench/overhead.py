@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -128,6 +129,7 @@ def main() -> None:
         "throughout, no numpy on the CPU), the part of a removal that a GPU pays per call",
     )
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     if args.gpu_path:
         os.environ[GPU_PATH_VARIABLE] = "1"
     console = Console()
@@ -157,7 +159,7 @@ def main() -> None:
         "load_average_at_end": os.getloadavg(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(body, indent=2) + "\n")
+    args.out.write_text(json.dumps({"provenance": origin, **body}, indent=2) + "\n")
     console.print(f"wrote {args.out}")
 
 

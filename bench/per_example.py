@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
@@ -65,6 +66,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="default: bench/results/per-example*")
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     console = Console()
     rng = np.random.default_rng(args.seed)
     xtr, ytr, classes, source = inputs(args.source, args.n, rng)
@@ -117,7 +119,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "processor": platform.processor()},
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps({"provenance": origin, **result}, indent=2) + "\n")
     plot(rows, out.with_suffix(".png"))
     console.print(f"wrote {out} and {out.with_suffix('.png')}")
 

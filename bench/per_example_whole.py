@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import provenance as benchmark_provenance
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -59,6 +60,7 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "bench" / "results" / "per-example-whole.json"
     )
     args = p.parse_args()
+    origin = benchmark_provenance()  # command, commit, date, machine, load before the run
     console = Console()
     rows: list[dict[str, Any]] = []
     settings = [(p, True) for p in args.provenances]
@@ -118,7 +120,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "processor": platform.processor()},
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps({"provenance": origin, **result}, indent=2) + "\n")
     labels = [f"{r['provenance']}\n{r['mechanism']}" for r in rows]
     plot(rows, args.out.with_suffix(".png"), labels=labels)
     console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

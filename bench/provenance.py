@@ -63,9 +63,13 @@ def memory_gib() -> float | None:
     return None
 
 
-def host_gflops(threads: int | None = None, repeats: int = 5) -> float:
-    """Best-of-``repeats`` float64 GFLOP/s of the fixed product on ``threads`` BLAS threads."""
-    from threadpoolctl import threadpool_limits
+def host_gflops(threads: int | None = None, repeats: int = 5) -> float | None:
+    """Best-of-``repeats`` float64 GFLOP/s of the fixed product on ``threads`` BLAS threads
+    (None where ``threadpoolctl`` is missing, as on a bare GPU host: the count is unknown)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((PRODUCT_N, PRODUCT_N))
@@ -80,6 +84,11 @@ def host_gflops(threads: int | None = None, repeats: int = 5) -> float:
     return 2 * PRODUCT_N**3 / best / 1e9
 
 
+def rounded(x: float | None) -> float | None:
+    """``x`` to two decimals, None as None."""
+    return None if x is None else round(x, 2)
+
+
 def machine(device: str | None = None) -> dict[str, Any]:
     """The machine a figure was measured on, with its load and speed now."""
     return {
@@ -90,8 +99,8 @@ def machine(device: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "gflops_1_thread": round(host_gflops(1), 2),
-        "gflops_all_threads": round(host_gflops(None), 2),
+        "gflops_1_thread": rounded(host_gflops(1)),
+        "gflops_all_threads": rounded(host_gflops(None)),
     }
 
 

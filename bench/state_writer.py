@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -84,6 +85,7 @@ def main() -> None:
     p.add_argument("--tree", type=Path, default=None, help="another tree's state_files.py")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "state-writer.json")
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     module = writer_module(args.tree)
     rng = np.random.default_rng(0)
     state = {
@@ -120,7 +122,7 @@ def main() -> None:
     )
     Console().print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps({"provenance": origin, **result}, indent=2))
     print(f"wrote {args.out}")
 
 

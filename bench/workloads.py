@@ -22,6 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
+from provenance import provenance
 from rich.console import Console
 from rich.table import Table
 
@@ -67,6 +68,7 @@ def main() -> None:
     p.add_argument("--cpu-memory-gb", type=float, default=12.0, help="what a CPU run may use")
     p.add_argument("--out", type=Path, default=Path("bench/results/workloads.json"))
     args = p.parse_args()
+    origin = provenance()  # command, commit, date, machine, load before the run
     out = []
     table = Table(title="the head's memory (float64) and flops per workload")
     for col in ("workload", "n", "d", "K", "steady GB", "peak GB", "build flops", "build CPU s",
@@ -86,7 +88,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     body = {"cpu_gflops": args.cpu_gflops, "gpu_tflops": args.gpu_tflops,
             "cpu_memory_gb": args.cpu_memory_gb, "workloads": out}  # fmt: skip
-    args.out.write_text(json.dumps(body, indent=2) + "\n")
+    args.out.write_text(json.dumps({"provenance": origin, **body}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
