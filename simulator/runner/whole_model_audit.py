@@ -1,4 +1,4 @@
-"""Per-example audit of the whole model: every draw trains the extractor again (issue 26).
+"""Per-example audit of the whole model: every draw trains the extractor again.
 
 The per-example audit of :mod:`simulator.metrics.per_example` draws heads on *fixed* features:
 it checks the head's certificate and cannot see what the extractor keeps of a removed row.
