@@ -48,12 +48,10 @@ from simulator.metrics.membership_audit import (
     AuditScore,
     AuditTargets,
     ExtractorView,
-    ScoredAt,
-    attack_models,
-    audit_scores,
-    draw_targets,
+    audit_data,
     extractor_view,
     head_from_scratch,
+    score_models,
 )
 from simulator.models.featurizer import Featurizer
 from simulator.seeds import child_rng
@@ -81,32 +79,8 @@ def _data(workload: Workload, rows: IntArray, removed: IntArray, config: AuditCo
     """The seed's labels, ``D'`` and attacked rows (drawn by the seed's audit generator)."""
     train, test = workload.train, workload.splits["test"]
     rng = child_rng(workload.seed, "audit", "targets")
-    targets = draw_targets(removed, test.y.size, config, rng)
-    return AuditData(train.y, test.y, train.num_classes, rows, targets)
-
-
-def _extractor(
-    featurizer: Featurizer,
-    head: CertifiedHead,
-    workload: Workload,
-    data: AuditData,
-    *,
-    config: AuditConfig,
-    role: str,
-) -> ExtractorView:
-    """Features of ``featurizer`` and LiRA references trained on them (module docstring).
-
-    The references' generator is named by the extractor's ``role`` (``retrained`` or
-    ``unlearned``), not by the method, so methods that share an extractor share references.
-    """
-    train, test = workload.train, workload.splits["test"]
-    return extractor_view(
-        featurizer(train.x),
-        featurizer(test.x),
-        data,
-        head=head.config,
-        audit=config,
-        rng=child_rng(workload.seed, "audit", "lira", role),
+    return audit_data(
+        train.y, test.y, train.num_classes, rows=rows, removed=removed, config=config, rng=rng
     )
 
 
@@ -131,7 +105,12 @@ class ExtractorViews:
         config: AuditConfig,
         role: str,
     ) -> ExtractorView:
-        """The view of ``featurizer`` (computed by :func:`_extractor` the first time)."""
+        """Features of ``featurizer`` and LiRA references trained on them (module docstring).
+
+        Computed the first time, then kept. The references' generator is named by the
+        extractor's ``role`` (``retrained`` or ``unlearned``), not by the method, so methods
+        that share an extractor share references.
+        """
         c = head.config
         targets: AuditTargets = data.targets
         key = (
@@ -147,7 +126,15 @@ class ExtractorViews:
             targets.holdout.tobytes(),
         )
         if key not in self._views:
-            view = _extractor(featurizer, head, workload, data, config=config, role=role)
+            train, test = workload.train, workload.splits["test"]
+            view = extractor_view(
+                featurizer(train.x),
+                featurizer(test.x),
+                data,
+                head=c,
+                audit=config,
+                rng=child_rng(workload.seed, "audit", "lira", role),
+            )
             self._views[key] = (featurizer, view)
         return self._views[key][1]
 
@@ -197,9 +184,10 @@ def audit_method(
         "same_extractor": (head_from_scratch(head, own.train, rows), own),
         "unlearned": (head.W, own),
     }
-    attacked = attack_models(heads, data)
-    at = ScoredAt(unlearned.name, workload.seed, int(removed.size), time.perf_counter() - started)
-    return audit_scores(attacked, data, at)
+    name, seed = unlearned.name, workload.seed
+    return score_models(
+        heads, data, method=name, seed=seed, removed=int(removed.size), started=started
+    )
 
 
 @dataclass

@@ -16,6 +16,7 @@ arrays, so both score them the same way.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,6 +154,29 @@ def draw_targets(
     return AuditTargets(members.astype(np.int64), holdout.astype(np.int64))
 
 
+def audit_data(  # noqa: PLR0913 (the labels, the rows, and the draw of the attacked rows)
+    train_y: IntArray,
+    test_y: IntArray,
+    num_classes: int,
+    *,
+    rows: IntArray,
+    removed: IntArray,
+    config: AuditConfig,
+    rng: np.random.Generator,
+) -> AuditData:
+    """The audit's labels, its retained rows ``rows`` and attacked rows drawn by ``rng``.
+
+    Members from ``removed``, non-members from the test split (:func:`draw_targets`).
+
+    Raises
+    ------
+    InputError
+        No removed row or no test row.
+    """
+    targets = draw_targets(removed, int(test_y.size), config, rng)
+    return AuditData(train_y, test_y, num_classes, rows, targets)
+
+
 def head_from_scratch(head: CertifiedHead, features: FloatArray, rows: IntArray) -> FloatArray:
     """The head the method trains from scratch on ``rows`` of ``features``.
 
@@ -274,6 +298,26 @@ Attacked = dict[str, tuple[dict[str, float], float]]
 def attack_models(heads: dict[str, tuple[FloatArray, ExtractorView]], data: AuditData) -> Attacked:
     """:func:`attack_head` of every model (``heads``: its head and extractor view)."""
     return {model: attack_head(W, view, data) for model, (W, view) in heads.items()}
+
+
+def score_models(
+    heads: dict[str, tuple[FloatArray, ExtractorView]],
+    data: AuditData,
+    *,
+    method: str,
+    seed: int,
+    removed: int,
+    started: float,
+) -> list[AuditScore]:
+    """Attack every model of ``heads`` alike and score each (:func:`audit_scores`).
+
+    ``heads``: each model's head and extractor view; ``method``, ``seed`` and ``removed`` (how
+    many rows were removed) label the scores; ``started``: the audit's ``time.perf_counter()``
+    at its start, for the seconds it took.
+    """
+    attacked = attack_models(heads, data)
+    at = ScoredAt(method, seed, removed, time.perf_counter() - started)
+    return audit_scores(attacked, data, at)
 
 
 def audit_scores(attacked: Attacked, data: AuditData, at: ScoredAt) -> list[AuditScore]:

@@ -47,14 +47,11 @@ from simulator.metrics.membership_audit import (
     MODEL_LABELS,
     MODELS,
     AuditConfig,
-    AuditData,
     AuditScore,
     ExtractorView,
-    ScoredAt,
-    attack_models,
-    audit_scores,
-    draw_targets,
+    audit_data,
     extractor_view,
+    score_models,
 )
 from simulator.models.device import resolve_device
 from simulator.models.featurizer import Featurizer
@@ -147,8 +144,9 @@ def audit_checkpoint(fed: Federation, forgotten: Sequence[int], checkpoint: int)
     rows = np.sort(fed.head_data_retained()).astype(np.int64)
     removed: IntArray = np.unique(np.asarray(forgotten, dtype=np.int64))
     rng = child_rng(sc.seed, "audit", "targets", checkpoint)
-    targets = draw_targets(removed, int(ds.y_test.size), config, rng)
-    data = AuditData(ds.y_train, ds.y_test, ds.num_classes, rows, targets)
+    data = audit_data(
+        ds.y_train, ds.y_test, ds.num_classes, rows=rows, removed=removed, config=config, rng=rng
+    )
     fresh = retrained_extractor(fed)
 
     def view(train: FloatArray, test: FloatArray, role: str) -> ExtractorView:
@@ -162,9 +160,10 @@ def audit_checkpoint(fed: Federation, forgotten: Sequence[int], checkpoint: int)
         "same_extractor": (head_on(fed, fed.train_features), own),
         "unlearned": (np.asarray(fed.head.W, dtype=np.float64), own),
     }
-    attacked = attack_models(heads, data)
-    at = ScoredAt(sc.method, sc.seed, int(removed.size), time.perf_counter() - started)
-    return section(audit_scores(attacked, data, at), fresh)
+    scores = score_models(
+        heads, data, method=sc.method, seed=sc.seed, removed=int(removed.size), started=started
+    )
+    return section(scores, fresh)
 
 
 def section(scores: Sequence[AuditScore], fresh: RetrainedExtractor) -> dict[str, Any]:
