@@ -20,7 +20,13 @@ from simulator.compare.verdict import (
 )
 from simulator.data.natural import digits_as_mnist
 from simulator.errors import ConfigError
-from simulator.models import BackboneConfig, ExtractorWithHead, build_backbone, local_train
+from simulator.models import (
+    BackboneConfig,
+    ExtractorWithHead,
+    LocalEpochs,
+    build_backbone,
+    local_train,
+)
 from simulator.scenario import parse_scenario
 from simulator.unlearners import ModelConfig, TrainingSet, create_unlearner
 
@@ -221,9 +227,7 @@ def test_uniform_reweighing_is_the_plain_loss() -> None:
             model,
             x,
             y,
-            epochs=2,
-            batch_size=16,
-            lr=0.01,
+            schedule=LocalEpochs(epochs=2, batch_size=16, lr=0.01),
             generator=torch.Generator().manual_seed(2),
             device=torch.device("cpu"),
             reweigh=reweigh,

@@ -27,7 +27,7 @@ from torch import nn
 
 from simulator.errors import ConfigError
 from simulator.head.scope import ExtractorGuarantee, compose
-from simulator.models import BackboneConfig, build_network, state_to_arrays
+from simulator.models import BackboneConfig, LocalEpochs, build_network, state_to_arrays
 from simulator.models.dp_fedavg import (
     ClientAccountants,
     DpSgdSettings,
@@ -69,9 +69,7 @@ def train_once(noise_seed: int, **settings: float) -> tuple[dict[str, np.ndarray
         net,
         x,
         y,
-        epochs=1,
-        batch_size=30,
-        lr=1e-2,
+        schedule=LocalEpochs(epochs=1, batch_size=30, lr=1e-2),
         settings=DpSgdSettings(**settings),
         accountant=ClientAccountants().accountant(0),
         generator=torch.Generator().manual_seed(1),

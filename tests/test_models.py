@@ -14,6 +14,7 @@ from simulator.models import (
     Backbone,
     BackboneConfig,
     ExtractorWithHead,
+    LocalEpochs,
     LocalUpdate,
     build_backbone,
     client_generator,
@@ -301,9 +302,7 @@ def test_local_train_deterministic_and_global_rng_untouched() -> None:
                 model,
                 x,
                 y,
-                epochs=2,
-                batch_size=16,
-                lr=1e-2,
+                schedule=LocalEpochs(epochs=2, batch_size=16, lr=1e-2),
                 generator=torch.Generator().manual_seed(5),
                 device=CPU,
             )
@@ -317,9 +316,7 @@ def test_local_train_deterministic_and_global_rng_untouched() -> None:
 def test_local_train_input_errors() -> None:
     model, x, y = fresh_model("mlp"), *blobs(10, 0)
     kwargs: dict[str, Any] = {
-        "epochs": 1,
-        "batch_size": 4,
-        "lr": 0.1,
+        "schedule": LocalEpochs(epochs=1, batch_size=4, lr=0.1),
         "generator": torch.Generator(),
         "device": CPU,
     }
@@ -330,7 +327,11 @@ def test_local_train_input_errors() -> None:
     with pytest.raises(InputError, match=r"\[0, 2\)"):
         local_train(model, x, y + 1, **kwargs)
     with pytest.raises(InputError, match="lr > 0"):
-        local_train(model, x, y, **(kwargs | {"lr": 0.0}))
+        LocalEpochs(epochs=1, batch_size=4, lr=0.0)
+    with pytest.raises(InputError, match="epochs >= 1"):
+        LocalEpochs(epochs=0, batch_size=4, lr=0.1)
+    with pytest.raises(InputError, match="weight_decay >= 0"):
+        local_train(model, x, y, **(kwargs | {"weight_decay": -1.0}))
     with pytest.raises(InputError, match="integer ids"):
         local_train(fresh_model("lstm"), x, y, **kwargs)
 
@@ -364,9 +365,7 @@ def test_single_client_federation_is_local_training() -> None:
             local_model,
             x,
             y,
-            epochs=1,
-            batch_size=8,
-            lr=1e-2,
+            schedule=LocalEpochs(epochs=1, batch_size=8, lr=1e-2),
             generator=client_generator(9, r, 0),
             device=CPU,
         ).state

@@ -21,6 +21,7 @@ from simulator.models.backbones import (
 from simulator.models.device import DeviceSetting, draw_seed, resolve_device, seeded_rng
 from simulator.models.fedavg import (
     FedAvgResult,
+    LocalEpochs,
     LocalUpdate,
     StateArrays,
     client_generator,
@@ -42,6 +43,7 @@ __all__ = [
     "IdentityBackbone",
     "InputKind",
     "LSTMBackbone",
+    "LocalEpochs",
     "LocalUpdate",
     "MLPBackbone",
     "StateArrays",

@@ -49,6 +49,7 @@ from simulator.errors import ConfigError, DataUnavailableError, InputError, Nume
 from simulator.models.backbones import ExtractorWithHead
 from simulator.models.device import seeded_rng
 from simulator.models.fedavg import (
+    LocalEpochs,
     LocalUpdate,
     StateArrays,
     _as_tensor,
@@ -210,9 +211,7 @@ def dp_local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generators, 
     x: NDArray[Any],
     y: NDArray[Any],
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
+    schedule: LocalEpochs,
     settings: DpSgdSettings,
     accountant: Any,
     generator: torch.Generator,
@@ -229,7 +228,7 @@ def dp_local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generators, 
     Raises
     ------
     InputError
-        Empty shard or bad hyperparameters.
+        Empty shard.
     ConfigError
         A network opacus cannot noise entirely (:func:`check_dp_trainable`).
     NumericalError
@@ -238,10 +237,7 @@ def dp_local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generators, 
     n = len(x)
     if n == 0:
         raise InputError("dp_local_train needs at least one example")
-    if epochs < 1 or batch_size < 1 or not lr > 0:
-        raise InputError(
-            f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}"
-        )
+    epochs, batch_size, lr = schedule.epochs, schedule.batch_size, schedule.lr
     check_dp_trainable(model)
     opacus = import_opacus()
     model.to(device).train()
@@ -343,6 +339,7 @@ def train_dp_federated(  # noqa: PLR0913 (keyword-only DP-FedAvg hyperparameters
     """
     if not any(len(x) for x, _ in client_data):
         raise InputError("no client has any training rows")
+    schedule = LocalEpochs(config.local_epochs, batch_size, lr)
     accountants = ClientAccountants()
 
     def local_round(r: int, global_arrays: StateArrays) -> list[LocalUpdate]:
@@ -355,9 +352,7 @@ def train_dp_federated(  # noqa: PLR0913 (keyword-only DP-FedAvg hyperparameters
                 model,
                 x,
                 y,
-                epochs=config.local_epochs,
-                batch_size=batch_size,
-                lr=lr,
+                schedule=schedule,
                 settings=config.sgd,
                 accountant=accountants.accountant(c),
                 generator=client_generator(seed, r, c),

@@ -35,6 +35,31 @@ StateArrays = dict[str, NDArray[np.float32]]
 
 
 @dataclass(frozen=True)
+class LocalEpochs:
+    """A client's local training: ``epochs`` passes over its shard, ``batch_size`` rows a step.
+
+    FedAvg's ``E`` and ``B`` (McMahan et al. 2017), and the optimiser's learning rate ``lr``;
+    the same for plain and DP-SGD local training.
+
+    Raises
+    ------
+    InputError
+        ``epochs < 1``, ``batch_size < 1`` or ``lr`` not positive.
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
+            raise InputError(
+                f"need epochs >= 1, batch_size >= 1, lr > 0; got "
+                f"{self.epochs}, {self.batch_size}, {self.lr}"
+            )
+
+
+@dataclass(frozen=True)
 class LocalUpdate:
     """One client's result: new weights (CPU numpy copies), its sample count, its loss.
 
@@ -143,15 +168,13 @@ def local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generator and d
     x: NDArray[Any],
     y: NDArray[Any],
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
+    schedule: LocalEpochs,
     weight_decay: float = 0.0,
     generator: torch.Generator,
     device: torch.device,
     reweigh: Callable[[int], NDArray[np.float64] | None] | None = None,
 ) -> LocalUpdate:
-    """Train ``model`` in place on one client's shard; return a copy of its new weights.
+    """Train ``model`` in place on one client's shard by ``schedule``; return its new weights.
 
     Mini-batch order (``torch.randperm``) and dropout masks both come from
     ``generator`` (a CPU generator); torch's global RNG is left unchanged. The model
@@ -165,18 +188,16 @@ def local_train(  # noqa: PLR0913 (keyword-only hyperparameters, generator and d
     Raises
     ------
     InputError
-        Empty shard, mismatched ``x``/``y``, labels out of range, bad hyperparameters.
+        Empty shard, mismatched ``x``/``y``, labels out of range, negative ``weight_decay``.
     NumericalError
         The loss became non-finite.
     """
     n = len(x)
     if n == 0:
         raise InputError("local_train needs at least one example")
-    if epochs < 1 or batch_size < 1 or not lr > 0 or weight_decay < 0:
-        raise InputError(
-            f"need epochs >= 1, batch_size >= 1, lr > 0, weight_decay >= 0; got "
-            f"{epochs}, {batch_size}, {lr}, {weight_decay}"
-        )
+    if weight_decay < 0:
+        raise InputError(f"need weight_decay >= 0, got {weight_decay}")
+    epochs, batch_size, lr = schedule.epochs, schedule.batch_size, schedule.lr
     model.to(device)
     inputs = _as_tensor(x, model.input_kind, device)
     targets = _labels(y, n, model.num_classes, device)
@@ -279,6 +300,7 @@ def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)
     skipped = tuple(i for i, (x, _) in enumerate(client_data) if len(x) == 0)
     if len(skipped) == len(client_data):
         raise InputError("no client has any training rows")
+    schedule = LocalEpochs(local_epochs, batch_size, lr)
 
     def local_round(r: int, global_arrays: StateArrays) -> list[LocalUpdate]:
         updates: list[LocalUpdate] = []
@@ -291,9 +313,7 @@ def train_federated(  # noqa: PLR0913 (keyword-only FedAvg hyperparameters)
                     model,
                     x,
                     y,
-                    epochs=local_epochs,
-                    batch_size=batch_size,
-                    lr=lr,
+                    schedule=schedule,
                     weight_decay=weight_decay,
                     generator=client_generator(seed, r, c),
                     device=device,

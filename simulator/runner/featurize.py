@@ -22,6 +22,7 @@ from simulator.errors import ConfigError
 from simulator.features.rff import RandomFourierFeatures
 from simulator.models import (
     ExtractorWithHead,
+    LocalEpochs,
     LocalUpdate,
     StateArrays,
     build_network,
@@ -78,6 +79,7 @@ def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes
     """
     m = scenario.model
     seed = child_seed(scenario.seed, "extractor")
+    schedule = LocalEpochs(m.local_epochs, m.batch_size, m.lr)
     load_arrays(model, global_arrays)
     if m.extractor_data == "dp":
         if accountants is None:
@@ -89,9 +91,7 @@ def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes
             model,
             x,
             y,
-            epochs=m.local_epochs,
-            batch_size=m.batch_size,
-            lr=m.lr,
+            schedule=schedule,
             settings=dp_settings(scenario),
             accountant=accountants.accountant(client_index),
             generator=client_generator(seed, round_index, client_index),
@@ -102,9 +102,7 @@ def client_update(  # noqa: PLR0913 (ClientUpdate's inputs: the ClientApp passes
         model,
         x,
         y,
-        epochs=m.local_epochs,
-        batch_size=m.batch_size,
-        lr=m.lr,
+        schedule=schedule,
         generator=client_generator(seed, round_index, client_index),
         device=device,
     )

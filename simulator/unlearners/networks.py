@@ -20,6 +20,7 @@ from torch.func import functional_call, grad, vmap
 from simulator.errors import InputError
 from simulator.models import (
     ExtractorWithHead,
+    LocalEpochs,
     backbones,
     local_train,
     resolve_device,
@@ -82,9 +83,7 @@ def train_network(
         model,
         train.x[rows],
         train.y[rows],
-        epochs=settings.epochs,
-        batch_size=settings.batch_size,
-        lr=settings.lr,
+        schedule=LocalEpochs(settings.epochs, settings.batch_size, settings.lr),
         generator=generator,
         device=device_of(settings),
         reweigh=reweigh,
