@@ -140,8 +140,9 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
 
 @cache
 def accepted(words: str) -> frozenset[str]:
-    """The flags that ``unlearnsim WORDS --help`` lists."""
-    return frozenset(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", parsers()[words].format_help()))
+    """The options that ``unlearnsim WORDS --help`` lists (its parser's, not flags that its
+    help text merely mentions)."""
+    return frozenset(s for a in parsers()[words]._actions for s in a.option_strings)
 
 
 def check(args: list[str], complete: bool) -> str | None:
