@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.spatial.distance import jensenshannon
-from scipy.stats import chi2_contingency
 
 from simulator.errors import InputError
 
@@ -141,6 +139,8 @@ def js_divergence(p: FloatArray, q: FloatArray) -> float:
     root). Rounding can leave the divergence of two nearly equal distributions a hair below
     zero, whose square root is NaN: that is 0.
     """
+    from scipy.spatial.distance import jensenshannon  # at first use, not at every start
+
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     if np.any(np.isnan(p)) or np.any(np.isnan(q)):
         return float("nan")
@@ -162,6 +162,8 @@ def chi2_homogeneity_p_value(counts_a: FloatArray, counts_b: FloatArray) -> floa
         return float("nan")
     if table.shape[1] < 2:
         return 1.0
+    from scipy.stats import chi2_contingency
+
     return float(chi2_contingency(table, correction=False).pvalue)
 
 

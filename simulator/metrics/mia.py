@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 
 from simulator.errors import InputError, NumericalError
 from simulator.metrics.roc import DEFAULT_FPRS, AttackSummary, summarize_attack
@@ -77,6 +75,9 @@ def fit_logistic_1d(
         raise InputError(f"x and t must be non-empty 1-D arrays of one length, got {x.shape}")
     if not np.all(np.isfinite(x)):
         raise InputError("features contain non-finite values")
+    from sklearn.exceptions import ConvergenceWarning  # at first use: 0.3 s of every start
+    from sklearn.linear_model import LogisticRegression
+
     model = LogisticRegression(C=c, solver="newton-cholesky", tol=tol, max_iter=100)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
