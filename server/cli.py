@@ -28,11 +28,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from server.commands.compare import legacy_words
 from server.extras import missing_extra_message
 from simulator.errors import UnlearnSimError
 
 #: Modules under ``server.commands`` that register subcommands, in help order.
-COMMANDS = ("run", "validate", "produce", "broker", "compare", "runs", "stack", "supernode")
+COMMANDS = ("run", "validate", "produce", "broker", "compare", "stack", "supernode")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,8 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         The exit status: the handler's, or 2 for a user error (printed on stderr).
     """
-    args = build_parser().parse_args(argv)
-    args.argv = ["unlearnsim", *(sys.argv[1:] if argv is None else argv)]  # for run.json
+    given = list(sys.argv[1:] if argv is None else argv)
+    words, note = legacy_words(given)
+    if note is not None:
+        Console(stderr=True).print(note, markup=False, highlight=False, soft_wrap=True)
+    args = build_parser().parse_args(words)
+    args.argv = ["unlearnsim", *given]  # for run.json
     try:
         return int(args.handler(args, output_console()))
     except ModuleNotFoundError as exc:  # a module of an extra that is not installed: one line

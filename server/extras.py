@@ -1,7 +1,7 @@
 """The optional parts of unlearnsim (the extras of ``pyproject.toml``) and what a path needs.
 
 The core install (``pip install unlearnsim``) runs the in-process simulator: scenarios, the
-certified head, metrics, reports, ``compare`` and ``runs compare``. The other paths need an
+certified head, metrics, reports, ``compare`` and ``compare runs``. The other paths need an
 extra:
 
 ==========  ===================================================  ===============================

@@ -210,7 +210,7 @@ def streaming_problem(name: str) -> str | None:
         return f"should be one of {', '.join(streaming_methods())}"
     if not found.streams:
         return (
-            f"{name!r} runs under `unlearnsim compare SCENARIO --methods {name},...`; a "
+            f"{name!r} runs under `unlearnsim compare run SCENARIO --methods {name},...`; a "
             f"streaming run takes one of {', '.join(streaming_methods())}"
         )
     return None

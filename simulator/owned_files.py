@@ -1,6 +1,6 @@
 """What a command may delete or overwrite in a folder the user named: only what it wrote.
 
-Every command that writes into a user-given folder (``run --output``, ``runs compare --output``,
+Every command that writes into a user-given folder (``run --output``, ``compare runs --output``,
 ``compare --output``, ``stack --dir``) declares its :class:`Outputs`: the names of the files it
 writes there (``fnmatch`` patterns), the sub-folders it creates, and a *marker* that proves a
 folder is one it wrote (``run.json`` written by unlearnsim, ``fits.json`` of a comparison, ...).

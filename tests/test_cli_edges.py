@@ -80,3 +80,35 @@ def test_each_subcommand_has_its_own_help(
     text = help_text(*args, capsys=capsys)
     assert text.startswith(f"usage: unlearnsim {' '.join(args)} ")
     assert has in text and lacks not in text
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["compare", "scenarios/quickstart.yaml"], ["compare", "run", "scenarios/quickstart.yaml"]),
+        (["compare-summary", "a", "b"], ["compare", "summary", "a", "b"]),
+        (["compare-retable", "a"], ["compare", "retable", "a"]),
+        (["runs", "compare", "a", "--no-plots"], ["compare", "runs", "a", "--no-plots"]),
+    ],
+)
+def test_the_previous_comparison_commands_still_work_with_a_note(
+    old: list[str], new: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One comparison family (``compare run|runs|summary|retable``); the names of the previous
+    release are kept for one release, each with a note that names its new form."""
+    with pytest.raises(SystemExit) as done:
+        main([*old, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr()
+    assert f"usage: unlearnsim {' '.join(new[:2])}" in out.out
+    assert f"is now 'unlearnsim {' '.join(new[:2])}'" in out.err
+    assert "goes in the next release" in out.err
+
+
+def test_the_current_comparison_commands_print_no_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for action in ("run", "runs", "summary", "retable"):
+        with pytest.raises(SystemExit):
+            main(["compare", action, "--help"])
+        assert capsys.readouterr().err == ""

@@ -163,8 +163,8 @@ def test_tables_and_outputs(comparison, tmp_path: Path) -> None:
         assert heading in text
     assert "OOD split" not in text
     assert "extractor trained on all training rows" in text
-    files = write_comparison(comparison, tmp_path, command="unlearnsim compare x")
-    assert (tmp_path / "command.txt").read_text() == "unlearnsim compare x\n"
+    files = write_comparison(comparison, tmp_path, command="unlearnsim compare run x")
+    assert (tmp_path / "command.txt").read_text() == "unlearnsim compare run x\n"
     rows = list(csv.DictReader(io.StringIO(files["summary"].read_text())))
     assert len(rows) == 12 and rows[0]["seeds"] == "2"
     assert "acc_label_swap_mean" in rows[0] and "acc_noise_std" in rows[0]
@@ -247,7 +247,7 @@ def test_cli_compare_rejects_bad_arguments(
 ) -> None:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)
-    assert main(["compare", str(path), "--output", str(tmp_path / "o"), *args]) == 2
+    assert main(["compare", "run", str(path), "--output", str(tmp_path / "o"), *args]) == 2
     assert where in capsys.readouterr().err
 
 
@@ -294,7 +294,7 @@ def test_compare_never_writes_over_files_it_did_not_write(
     (theirs / "table.md").write_text("my table\n")
     (theirs / "fits.json").write_text('{"mine": true}\n')
     started = time.perf_counter()
-    argv = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--output", str(theirs)]
+    argv = ["compare", "run", str(path), "--methods", "cr", "--seeds", "1", "--output", str(theirs)]
     assert main(argv) == 2
     assert time.perf_counter() - started < 30  # refused before fitting
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -319,7 +319,17 @@ def test_compare_refuses_an_earlier_comparison_without_overwrite(
     shutil.copytree(ROOT / "results" / "compare_mnist_3v8_ood", results)
     before = {p.name: p.read_bytes() for p in results.iterdir()}
     started = time.perf_counter()
-    argv = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--output", str(results)]
+    argv = [
+        "compare",
+        "run",
+        str(path),
+        "--methods",
+        "cr",
+        "--seeds",
+        "1",
+        "--output",
+        str(results),
+    ]
     assert main(argv) == 2
     assert time.perf_counter() - started < 30  # refused before fitting
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -336,7 +346,7 @@ def test_compare_writes_under_runs_by_default_and_overwrites_only_when_told(
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)
     monkeypatch.chdir(tmp_path)
-    base = ["compare", str(path), "--methods", "cr", "--seeds", "1", "--checkpoints", "6"]
+    base = ["compare", "run", str(path), "--methods", "cr", "--seeds", "1", "--checkpoints", "6"]
     assert main([*base, "--no-plots", "--set", "stream.phases.0.ticks=3"]) == 0
     (folder,) = (tmp_path / "runs" / "compare" / "tiny_compare").glob("*-*")
     assert (tmp_path / "runs" / "compare" / "tiny_compare" / "latest").resolve() == folder.resolve()

@@ -1,4 +1,4 @@
-"""The membership audit of ``unlearnsim compare --audit``: the leak rule and the three models."""
+"""The membership audit of ``compare run --audit``: the leak rule and the three models."""
 
 from __future__ import annotations
 
@@ -228,7 +228,7 @@ def test_compare_audit_end_to_end(tmp_path: Path) -> None:
     seconds = time.perf_counter() - started
     assert seconds < 120, f"the tiny audited comparison took {seconds:.0f} s"
     assert comparison.audit_skipped == ("sisa",)
-    files = write_comparison(comparison, tmp_path, command="unlearnsim compare ...", plots=True)
+    files = write_comparison(comparison, tmp_path, command="unlearnsim compare run ...", plots=True)
     body = json.loads(files["audit"].read_text())
     (method,) = body["methods"]
     assert method["method"] == "cr" and method["seeds"] == seeds and method["removed"] == [30, 30]
@@ -248,7 +248,7 @@ def test_compare_audit_end_to_end(tmp_path: Path) -> None:
     plain = run_comparison(
         lambda seed: build_workload(scenario, seed, checkpoints=[10]), ["cr"], seeds=seeds[:1]
     )
-    write_comparison(plain, tmp_path, command="unlearnsim compare ...", plots=False)
+    write_comparison(plain, tmp_path, command="unlearnsim compare run ...", plots=False)
     assert not (tmp_path / "audit.json").exists() and not (tmp_path / "audit.png").exists()
     assert "Where does it leak?" not in (tmp_path / "table.md").read_text()
 
@@ -256,7 +256,7 @@ def test_compare_audit_end_to_end(tmp_path: Path) -> None:
 def test_the_audit_is_refused_without_retrain_or_a_head(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["compare", str(SURVEY), "--quick", "--audit", "--output", str(tmp_path / "x")]
+    base = ["compare", "run", str(SURVEY), "--quick", "--audit", "--output", str(tmp_path / "x")]
     assert main([*base, "--methods", "cr", "--no-retrain"]) == 2
     assert "drop --no-retrain" in capsys.readouterr().err
     assert main([*base, "--methods", "retrain,sisa"]) == 2
@@ -268,10 +268,10 @@ def test_the_command_line_passes_the_audit_on(tmp_path: Path) -> None:
     from server.cli import build_parser
     from server.commands.compare import audit_config, command_line
 
-    args = build_parser().parse_args(["compare", str(SURVEY), "--methods", "cr", "--audit"])
+    args = build_parser().parse_args(["compare", "run", str(SURVEY), "--methods", "cr", "--audit"])
     assert audit_config(args, ["retrain", "cr"], 6) == AuditConfig(references=6, max_samples=1000)
     again = build_parser().parse_args(shlex.split(command_line(args, tmp_path))[1:])
     assert again.audit  # the command written to command.txt reproduces the audit
-    plain = build_parser().parse_args(["compare", str(SURVEY), "--methods", "cr"])
+    plain = build_parser().parse_args(["compare", "run", str(SURVEY), "--methods", "cr"])
     assert audit_config(plain, ["retrain", "cr"], 6) is None
     assert "--audit" not in command_line(plain, tmp_path)

@@ -1,4 +1,4 @@
-"""``unlearnsim compare --quick``: the whole pipeline end to end on tiny data (CI's check)."""
+"""``unlearnsim compare run --quick``: the whole pipeline end to end on tiny data (CI's check)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_quick_profile_runs_the_mnist_comparison_end_to_end(
     fits = json.loads((out / "fits.json").read_text())
     assert fits["torch_threads"] == 1  # --torch-threads' default, as the fits ran (issue 29)
     # the cross-folder verdict table reads verdict.csv at the last removal count
-    assert main(["compare-summary", str(out), str(tmp_path / "missing")]) == 0
+    assert main(["compare", "summary", str(out), str(tmp_path / "missing")]) == 0
     summary = capsys.readouterr().out
     assert "| quick | 30 | 2 | noise |" in summary and "| DR-x |" in summary
 

@@ -178,6 +178,6 @@ def test_a_source_read_with_pandas_names_the_data_extra(tmp_path: Path) -> None:
 
 
 def test_every_command_still_shows_its_help(tmp_path: Path) -> None:
-    for command in ("run", "validate", "produce", "broker", "compare", "runs", "stack"):
+    for command in ("run", "validate", "produce", "broker", "compare", "stack"):
         res = run(tmp_path, "-m", "server.cli", command, "--help", timeout=60)
         assert res.returncode == 0, (command, res.stderr)

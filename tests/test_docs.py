@@ -124,7 +124,7 @@ def words(command: str) -> list[list[str]]:
 
 @cache
 def parsers() -> dict[str, argparse.ArgumentParser]:
-    """Each (sub)command's parser by its words, e.g. ``run``, ``runs compare``."""
+    """Each (sub)command's parser by its words, e.g. ``run``, ``compare runs``."""
     out: dict[str, argparse.ArgumentParser] = {}
 
     def walk(parser: argparse.ArgumentParser, prefix: str) -> None:

@@ -1,5 +1,5 @@
 """Comparable outputs (issue 15): the flat ``batches.csv`` every run writes, and
-``unlearnsim runs compare`` (a side-by-side table and overlaid plots)."""
+``unlearnsim compare runs`` (a side-by-side table and overlaid plots)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_runs_compare_table_and_overlaid_plots(
     out = tmp_path / "cmp"
     parent = two_runs[1].parent  # an output_dir: its latest run is taken
     assert resolve_run(parent) == two_runs[1].resolve()
-    assert main(["runs", "compare", str(two_runs[0]), str(parent), "--output", str(out)]) == 0
+    assert main(["compare", "runs", str(two_runs[0]), str(parent), "--output", str(out)]) == 0
     text = (out / "compare.md").read_text()
     header = text.splitlines()[0]
     assert "quickstart/decoremoval" in header and "quickstart/cr" in header
@@ -92,7 +92,7 @@ def test_runs_compare_table_and_overlaid_plots(
 def test_runs_compare_refuses_a_folder_without_a_run(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         resolve_run(tmp_path)
-    assert main(["runs", "compare", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    assert main(["compare", "runs", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
     empty = new_run_folder(tmp_path / "p")  # a run folder that never wrote its logs
     with pytest.raises(InputError):
         resolve_run(empty)
@@ -107,7 +107,7 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     run = two_runs[0]
     (run / "accuracy.png").write_bytes(b"the run's own plot")
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    args = ["runs", "compare", *map(str, two_runs), "--output"]
+    args = ["compare", "runs", *map(str, two_runs), "--output"]
     assert main([*args, str(run)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"error: --output: {run} is a run folder; give another folder for the comparison"
@@ -118,7 +118,7 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     for extra in ([], ["--overwrite"]):
         assert main([*args, str(theirs), *extra]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
-        assert f"{theirs} is not a runs compare folder" in line
+        assert f"{theirs} is not a compare runs folder" in line
         assert "give --overwrite" not in line  # it would not clear it
         assert (theirs / "compare.md").read_text() == "my notes on the comparison\n"
         assert sorted(p.name for p in theirs.iterdir()) == ["compare.md"]
@@ -127,7 +127,7 @@ def test_runs_compare_never_writes_over_what_it_did_not_write(
     assert main([*args, str(ours), "--no-plots"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == (
-        f"error: --output: {ours} holds an earlier runs compare folder; give --overwrite to "
+        f"error: --output: {ours} holds an earlier compare runs folder; give --overwrite to "
         "replace it, or leave out --output for a new folder under runs/runs-compare"
     )
     assert main([*args, str(ours), "--no-plots", "--overwrite"]) == 0
@@ -143,7 +143,7 @@ def test_piped_output_fits_100_columns_and_cuts_nothing(
     """Output that is not a terminal is 100 columns wide; no cell is cut, and the runs'
     folders are listed whole under the table, one line each."""
     monkeypatch.delenv("COLUMNS", raising=False)
-    args = ["runs", "compare", *map(str, two_runs), "--output", str(tmp_path / "o"), "--no-plots"]
+    args = ["compare", "runs", *map(str, two_runs), "--output", str(tmp_path / "o"), "--no-plots"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(x) for x in lines) <= 100

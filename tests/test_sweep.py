@@ -1,5 +1,5 @@
 """Seeds on the streaming scenario: ``run --seeds N --methods a,b`` runs the scenario
-itself per seed and method into one parent folder; ``runs compare PARENT`` pairs the methods over
+itself per seed and method into one parent folder; ``compare runs PARENT`` pairs the methods over
 the seeds with ``compare``'s statistics, per phase and metric, and overlays the runs."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_runs_compare_gives_paired_verdicts_per_phase_and_metric(
     sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cmp"
-    assert main(["runs", "compare", str(sweep), "--output", str(out)]) == 0
+    assert main(["compare", "runs", str(sweep), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "paired over seeds, each method vs cr" in printed
     assert max(len(x) for x in printed.splitlines()) <= 100  # piped: 100 columns
@@ -129,7 +129,7 @@ def test_a_one_method_sweep_says_there_is_nothing_to_pair(
     assert main([*args, "--output", str(parent), "--no-progress", "--no-plots"]) == 0
     capsys.readouterr()
     out = tmp_path / "cmp"
-    assert main(["runs", "compare", str(parent), "--output", str(out), "--no-plots"]) == 0
+    assert main(["compare", "runs", str(parent), "--output", str(out), "--no-plots"]) == 0
     printed = capsys.readouterr().out
     assert "Nothing to pair: the sweep ran one method (cr)" in " ".join(printed.split())
     assert "paired over seeds" not in printed

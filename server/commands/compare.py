@@ -1,16 +1,22 @@
-"""``unlearnsim compare SCENARIO``: every unlearning method on the same data, seeds and stream.
+"""``unlearnsim compare``: one family of comparison commands.
 
-    unlearnsim compare scenarios/compare_mnist_3v8_ood.yaml --methods retrain,cr,decoremoval \
-        --seeds 3 [--checkpoints 25,75,200] [--option sisa.slices=2] [--output DIR] \
-        [--overwrite] [--audit]
+    unlearnsim compare run SCENARIO [--methods a,b] [--seeds N] [--output DIR] [--audit]
+    unlearnsim compare runs DIR DIR... [--output OUT]      finished runs side by side
+    unlearnsim compare summary FOLDER...                   one DR - CR verdict table
+    unlearnsim compare retable FOLDER...                   tables rewritten from runs.csv
 
-Writes ``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
+``compare run`` fits every unlearning method on the same data, seeds and stream, and writes
+``table.md`` (paper-style tables), ``summary.csv`` (mean and std per method and removal
 count), ``runs.csv`` (every seed), ``fits.json``, ``command.txt`` and PNG plots, and with
 ``--audit`` ``audit.json`` and ``audit.png`` (where membership leaks:
 :mod:`simulator.compare.audit`), into a new ``runs/compare/<scenario name>/<timestamp>-<id>/``
 (``latest`` points at it) or ``--output DIR``: refused before any fitting when DIR is not
 empty, unless ``--overwrite`` and DIR is an earlier comparison's folder (its ``fits.json``,
-nothing but a comparison's files: :func:`simulator.owned_files.claim`).
+nothing but a comparison's files: :func:`simulator.owned_files.claim`). ``compare runs`` is
+:mod:`server.commands.runs`.
+
+The names of the previous release (``compare SCENARIO``, ``compare-summary``,
+``compare-retable``, ``runs compare``) still work, with a note (:data:`LEGACY`).
 """
 
 from __future__ import annotations
@@ -30,10 +36,47 @@ from simulator.errors import ConfigError
 COMPARE_ROOT = "runs/compare"
 
 
+#: The actions of ``compare``.
+ACTIONS = ("run", "runs", "summary", "retable")
+#: Command names of the previous release -> their words now (kept for one release, with a note).
+LEGACY = {
+    ("compare-summary",): ("compare", "summary"),
+    ("compare-retable",): ("compare", "retable"),
+    ("runs", "compare"): ("compare", "runs"),
+}
+
+
+def legacy_words(argv: list[str]) -> tuple[list[str], str | None]:
+    """``argv`` with an old command name replaced by its new words, and a note saying so.
+
+    ``compare SCENARIO`` (no action) is ``compare run SCENARIO``.
+    """
+    for old, new in LEGACY.items():
+        if tuple(argv[: len(old)]) == old:
+            return [*new, *argv[len(old) :]], _moved(old, new)
+    if argv[:1] == ["compare"] and len(argv) > 1 and argv[1] not in {*ACTIONS, "-h", "--help"}:
+        return ["compare", "run", *argv[1:]], _moved(("compare",), ("compare", "run"))
+    return argv, None
+
+
+def _moved(old: tuple[str, ...], new: tuple[str, ...]) -> str:
+    return (
+        f"note: 'unlearnsim {' '.join(old)}' is now 'unlearnsim {' '.join(new)}'; the old name "
+        "goes in the next release"
+    )
+
+
 def register(sub: Any) -> None:
-    """Add ``compare``, ``compare-summary`` and ``compare-retable`` to the sub-parsers ``sub``."""
-    p = sub.add_parser(
-        "compare", help="compare unlearning methods on one scenario (paper-style tables)"
+    """Add ``compare`` and its actions (``run``, ``runs``, ``summary``, ``retable``)."""
+    from server.commands.runs import register_runs
+
+    family = sub.add_parser(
+        "compare",
+        help="compare unlearning methods (run), finished runs (runs), comparisons (summary, "
+        "retable)",
+    ).add_subparsers(dest="compare_command", required=True, metavar="{run,runs,summary,retable}")
+    p = family.add_parser(
+        "run", help="compare unlearning methods on one scenario (paper-style tables)"
     )
     add_scenario_input(p)
     p.add_argument(
@@ -103,18 +146,19 @@ def register(sub: Any) -> None:
         "audit.png and a section of table.md (needs the retrain baseline)",
     )
     p.set_defaults(handler=handle)
-    q = sub.add_parser(
-        "compare-summary",
+    register_runs(family)
+    q = family.add_parser(
+        "summary",
         help="one DR - CR verdict table over comparison folders (last removal count)",
     )
-    q.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    q.add_argument("folders", nargs="+", help="folders written by unlearnsim compare run")
     q.add_argument("--metric", choices=("acc", "f1"), default="acc")
     q.set_defaults(handler=handle_summary)
-    r = sub.add_parser(
-        "compare-retable",
+    r = family.add_parser(
+        "retable",
         help="rewrite a comparison folder's tables and verdicts from its runs.csv",
     )
-    r.add_argument("folders", nargs="+", help="folders written by unlearnsim compare")
+    r.add_argument("folders", nargs="+", help="folders written by unlearnsim compare run")
     r.set_defaults(handler=handle_retable)
 
 
@@ -220,6 +264,7 @@ def command_line(args: argparse.Namespace, folder: Path) -> str:
     parts = [
         "unlearnsim",
         "compare",
+        "run",
         args.scenario,
         "--methods",
         ",".join(parse_methods(args.methods, reference=not args.no_retrain)),

@@ -73,7 +73,7 @@ def register(sub: Any) -> None:
         metavar="N",
         help="a seeded sweep: run the scenario once per seed (its seed, +1, ...) and method "
         "(--methods), each in PARENT/<method>-seed<seed>/ (PARENT: --output, default "
-        "<output_dir>/sweeps/<timestamp>-<id>); then: unlearnsim runs compare PARENT",
+        "<output_dir>/sweeps/<timestamp>-<id>); then: unlearnsim compare runs PARENT",
     )
     p.add_argument(
         "--methods",
@@ -259,7 +259,7 @@ def run_sweep(args: argparse.Namespace, scenario: Any, console: Console) -> int:
             return code
     console.print(
         f"sweep of {len(plan)} runs in [bold]{parent}[/]; paired verdicts: "
-        f"unlearnsim runs compare {parent}",
+        f"unlearnsim compare runs {parent}",
         highlight=False,
     )
     return 0

@@ -1,4 +1,4 @@
-"""``unlearnsim runs compare DIR DIR... [--output OUT]``: finished runs side by side.
+"""``unlearnsim compare runs DIR DIR... [--output OUT]``: finished runs side by side.
 
 One DIR that is a seeded sweep's parent (``unlearnsim run SCENARIO --seeds N --methods a,b``)
 gets the paired verdicts per phase and metric, and its runs overlaid
@@ -8,7 +8,7 @@ gets the paired verdicts per phase and metric, and its runs overlaid
 ``compare.md`` with it and the overlaid ``accuracy.png``, ``budget.png`` and ``mia.png``
 (:mod:`simulator.reporting.runs_compare`) into a new ``runs/runs-compare/<timestamp>-<id>/``
 (``latest`` points at it) or ``--output``: refused, before anything is written, when that is
-a run folder, or is not empty and not (with ``--overwrite``) an earlier ``runs compare``
+a run folder, or is not empty and not (with ``--overwrite``) an earlier ``compare runs``
 folder.
 """
 
@@ -20,15 +20,13 @@ from typing import Any
 
 from rich.console import Console
 
-#: Where ``runs compare`` writes without ``--output`` (under ``runs/``, which git ignores).
+#: Where ``compare runs`` writes without ``--output`` (under ``runs/``, which git ignores).
 ROOT = "runs/runs-compare"
 
 
-def register(sub: Any) -> None:
-    """Add ``runs compare`` to the CLI."""
-    p = sub.add_parser("runs", help="inspect finished run folders")
-    runs = p.add_subparsers(dest="runs_command", required=True)
-    c = runs.add_parser("compare", help="compare run folders side by side (table and plots)")
+def register_runs(family: Any) -> None:
+    """Add ``runs`` to the actions of ``compare`` (:mod:`server.commands.compare`)."""
+    c = family.add_parser("runs", help="compare run folders side by side (table and plots)")
     c.add_argument("folders", nargs="+", metavar="DIR", help="run folders (or an output_dir)")
     c.add_argument(
         "--output",
@@ -38,7 +36,7 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--overwrite",
         action="store_true",
-        help="clear an earlier runs compare --output folder first (only one holding its "
+        help="clear an earlier compare runs --output folder first (only one holding its "
         "compare.md and nothing but its files)",
     )
     c.add_argument("--no-plots", action="store_true", help="only the table")

@@ -3,7 +3,7 @@
 ``build_workload(scenario, seed)`` derives one seed's data, splits and removal schedule;
 ``run_comparison`` fits and unlearns every method on it and measures them at the same removal
 counts; ``write_comparison`` writes the paper-style tables (Markdown, CSV) and PNG plots.
-``unlearnsim compare SCENARIO --methods a,b,c --seeds 3`` is the command line.
+``unlearnsim compare run SCENARIO --methods a,b,c --seeds 3`` is the command line.
 """
 
 from simulator.compare.harness import (

@@ -3,7 +3,7 @@
 Reads every folder's ``verdict.csv`` (written by :func:`simulator.compare.write_comparison`)
 and lays out, for one metric kind (``acc`` or ``f1``) at each folder's last removal count, one
 row per (folder, DecoRemoval variant, split): CR and DR mean ± std over seeds, the paired
-difference with its 95% t interval, and the verdict. ``unlearnsim compare-summary FOLDER...``
+difference with its 95% t interval, and the verdict. ``unlearnsim compare summary FOLDER...``
 prints it.
 """
 

@@ -112,7 +112,7 @@ def paired_values(a: Mapping[int, float], b: Mapping[int, float], what: Pairing)
     ``a`` holds the method's values, ``b`` the base's; the seeds where both are finite are
     paired (None when there is none).
 
-    Used by :func:`paired` for a comparison's measurements and by ``runs compare`` for a
+    Used by :func:`paired` for a comparison's measurements and by ``compare runs`` for a
     seeded sweep of the streaming scenario (:mod:`simulator.reporting.sweep_compare`).
     """
     from scipy import stats

@@ -113,7 +113,7 @@ def scope_line(
 ) -> str:
     """``scope: whole_model (...): total epsilon ..., delta ...`` or ``scope: head (...): ...``.
 
-    The one rendering of a scope that the run's console, ``summary.md`` and ``runs compare``
+    The one rendering of a scope that the run's console, ``summary.md`` and ``compare runs``
     show (receipts, events and metrics carry its fields: ``scope``, ``extractor_data``,
     ``total_epsilon_spent``, ``total_delta``, ``scope_reason``).
     """

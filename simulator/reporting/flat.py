@@ -4,7 +4,7 @@ Nested keys are flattened with dots (``privacy.attacks.loss.auc``), lists of rec
 (``checkpoints.0.param_distance_relative``), lists of scalars joined with ``;``
 (``withdrawn_clients``). The columns are the union over the batches, in order of first
 appearance; a batch without a value leaves the cell empty. The recorder writes it for every
-run (:mod:`simulator.runner.recorder`); ``unlearnsim runs compare`` reads the same rows.
+run (:mod:`simulator.runner.recorder`); ``unlearnsim compare runs`` reads the same rows.
 """
 
 from __future__ import annotations

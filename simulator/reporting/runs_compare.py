@@ -1,4 +1,4 @@
-"""Compare finished run folders side by side (``unlearnsim runs compare DIR DIR...``).
+"""Compare finished run folders side by side (``unlearnsim compare runs DIR DIR...``).
 
 Each folder is a run folder (``metrics.json``, ``summary.md``, ``events.jsonl``, ``run.json``)
 or a scenario's ``output_dir`` holding runs, whose ``latest`` run is taken. :func:`compare_table`
@@ -8,7 +8,7 @@ overlays their curves over the stream tick: test accuracy, budget used, and the 
 inference AUC of each attack (one colour and marker style per run, so coinciding curves stay
 distinguishable), with the first run's phases and shifts and every run's retrains marked.
 :func:`write_compare` writes them into ``--output``, which must not hold files of the same
-names that ``runs compare`` did not write (:func:`compare_outputs`). A seeded sweep's parent
+names that ``compare runs`` did not write (:func:`compare_outputs`). A seeded sweep's parent
 folder gets paired verdicts (:mod:`.sweep_compare`).
 """
 
@@ -33,11 +33,11 @@ from simulator.reporting.plot_marks import (
 from simulator.reporting.run_report import read_summary, read_verdict
 from simulator.runner.run_folder import is_run_folder, latest_folder, read_manifest
 
-#: The table ``runs compare`` writes, its plots, and a seeded sweep's verdicts (CSV).
+#: The table ``compare runs`` writes, its plots, and a seeded sweep's verdicts (CSV).
 COMPARE_FILE = "compare.md"
 PLOTS = ("accuracy.png", "budget.png", "mia.png")
 VERDICTS_CSV = "verdicts.csv"
-#: ``compare.md``'s last line: marks a folder that ``runs compare`` wrote.
+#: ``compare.md``'s last line: marks a folder that ``compare runs`` wrote.
 MARK = "<!-- written by unlearnsim runs compare -->"
 
 #: Line styles and markers cycled over the runs, so identical curves stay visible.
@@ -144,7 +144,7 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def wrote_compare(folder: Path) -> bool:
-    """``folder`` holds a ``compare.md`` that ``runs compare`` wrote (its last line)."""
+    """``folder`` holds a ``compare.md`` that ``compare runs`` wrote (its last line)."""
     try:
         lines = (folder / COMPARE_FILE).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
@@ -153,17 +153,17 @@ def wrote_compare(folder: Path) -> bool:
 
 
 def compare_outputs() -> Outputs:
-    """What ``runs compare`` writes into its ``--output``, and how its folder is recognised."""
+    """What ``compare runs`` writes into its ``--output``, and how its folder is recognised."""
     return Outputs(
-        kind="runs compare folder",
-        marker=f"{COMPARE_FILE} written by unlearnsim runs compare",
+        kind="compare runs folder",
+        marker=f"{COMPARE_FILE} written by unlearnsim compare runs",
         proof=wrote_compare,
         files=(COMPARE_FILE, *PLOTS, VERDICTS_CSV),
     )
 
 
 def check_compare_output(out: Path) -> None:
-    """``out`` may take ``runs compare``'s files: never a run folder, never someone's files.
+    """``out`` may take ``compare runs``'s files: never a run folder, never someone's files.
 
     Raises
     ------
@@ -178,13 +178,13 @@ def check_compare_output(out: Path) -> None:
 
 
 def claim_compare_output(out: Path, *, overwrite: bool = False) -> Path:
-    """Make ``out`` ready for ``runs compare``: never a run folder; empty, or cleared when told.
+    """Make ``out`` ready for ``compare runs``: never a run folder; empty, or cleared when told.
 
     Raises
     ------
     ConfigError
         Naming ``--output``: ``out`` is a run folder, or is not empty and not an earlier
-        ``runs compare`` folder to clear with ``overwrite`` (:func:`~simulator.owned_files.claim`).
+        ``compare runs`` folder to clear with ``overwrite`` (:func:`~simulator.owned_files.claim`).
     """
     if is_run_folder(out):
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""Paired verdicts and overlaid plots of a seeded sweep (``unlearnsim runs compare PARENT``).
+"""Paired verdicts and overlaid plots of a seeded sweep (``unlearnsim compare runs PARENT``).
 
 A sweep (:mod:`simulator.runner.sweep`) ran the streaming scenario once per seed and method;
 every seed gives each method the same data, federation, stream and shifts, so the seeds pair

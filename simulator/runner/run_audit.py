@@ -2,7 +2,7 @@
 
 With ``evaluation.audit: true``, every reference checkpoint (``evaluation.checkpoints``) scores
 three models at the current retained rows ``D'`` and attacks them alike, with the machinery
-``unlearnsim compare --audit`` uses (:mod:`simulator.metrics.membership_audit`):
+``unlearnsim compare run --audit`` uses (:mod:`simulator.metrics.membership_audit`):
 
 * ``retrained`` (a): the extractor and RFF map trained from scratch on ``D'`` by the
   federation's own procedure for its provenance (``model.extractor_data``): ``private``,

@@ -4,7 +4,7 @@
 timed shifts, phases and transport) once per seed ``scenario.seed + i`` and method, each in a
 run folder of its own, ``PARENT/<method>-seed<seed>/``, seed by seed (so a sweep stopped early
 holds complete pairs). ``PARENT/sweep.json`` (:data:`SWEEP_FILE`) names the scenario, the
-methods, the seeds, the command and every run's folder; ``unlearnsim runs compare PARENT``
+methods, the seeds, the command and every run's folder; ``unlearnsim compare runs PARENT``
 reads it for the paired verdicts (:mod:`simulator.reporting.sweep_compare`).
 
 Pure standard library, like :mod:`.run_folder`.
