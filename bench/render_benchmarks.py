@@ -390,6 +390,31 @@ def crash_recovery(doc: dict[str, Any], results: Path) -> list[Row]:
     return rows
 
 
+def restart(doc: dict[str, Any], results: Path) -> list[Row]:
+    """``bench/crash_recovery.py --kill-at ...``: each start's time to ready."""
+    s = doc.get("settings", {})
+    rows: list[Row] = [
+        (
+            "workload",
+            f"`{Path(str(s.get('scenario', '?'))).name}`, {num(doc['requests'])} requests in "
+            f"batches of {s.get('max_batch')}",
+            "",
+        )
+    ]
+    for i, start in enumerate(doc.get("starts", [])):
+        ready = start.get("to_ready_seconds")
+        what = "first start (builds the federation)" if i == 0 else f"restart {i}"
+        if "killed_after" in start:
+            what += f", killed after batch {start['killed_after']}"
+        else:
+            what += f", ran to the end (exit {start.get('exit')})"
+        rows.append((what, "not ready" if ready is None else f"{dur(ready)} to ready", ""))
+    rows.append(
+        ("requests lost / answered twice", f"{doc['lost']} / {doc['answered_twice']}", "0 / 0")
+    )
+    return rows
+
+
 def overhead(doc: dict[str, Any], results: Path) -> list[Row]:
     """``bench/overhead.py``: median seconds per removal where flops are nothing."""
     cells: dict[tuple[str, str, str], list[float]] = {}
@@ -531,6 +556,7 @@ TABLES: dict[str, Callable[[dict[str, Any], Path], list[Row]]] = {
     "stream-cpu": stream_cpu,
     "stream-cuda": stream_cuda,
     "crash-recovery-cpu": crash_recovery,
+    "restart-cpu": restart,
     "overhead": overhead,
     "federation": federation,
     "methods": methods,
