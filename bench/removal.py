@@ -323,7 +323,8 @@ def versus_retraining(
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=60000)
     p.add_argument("--d", type=int, default=1024)
@@ -380,110 +381,110 @@ def main() -> None:
     args = p.parse_args()
     if args.out is None:
         args.out = f"bench/results/removal-{args.device}.json"
-    streamed = set(args.accounting if args.stream_accounting is None else args.stream_accounting)
-    backend = make_backend(args.device, args.backend)
-    load_start = os.getloadavg()
-    console = Console()
-    rng = np.random.default_rng(0)
+    return args
 
-    k = 10
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The rows of a run: training and test features with their labels, K and their source."""
+
+    Xtr: np.ndarray
+    ytr: np.ndarray
+    Xte: np.ndarray
+    yte: np.ndarray
+    k: int
+    source: str
+
+
+def workload(args: argparse.Namespace, rng: np.random.Generator) -> Workload:
+    """Fashion-MNIST through a d-dimensional RFF map, or synthetic Gaussian classes in R^d."""
     if args.features == "synthetic":
-        k = args.k
-        Xtr, ytr = synthetic_features(args.n, args.d, k, rng)
-        Xte, yte = synthetic_features(10_000, args.d, k, np.random.default_rng(1))
-        source = f"synthetic features: {k} Gaussian classes in R^{args.d}"
-    else:
-        xtr, ytr, xte, yte, source = load_inputs(args.n, rng, args.data_dir)
-        rff = RandomFourierFeatures.draw(
-            xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
-        )
-        Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
-    cfg = HeadConfig(
-        lam=1e-3,
-        sigma=10.0,
-        epsilon=1.0,
-        delta=1e-4,
-        report_exact=False,
-        device=args.device,
-        backend=args.backend,
+        Xtr, ytr = synthetic_features(args.n, args.d, args.k, rng)
+        Xte, yte = synthetic_features(10_000, args.d, args.k, np.random.default_rng(1))
+        return Workload(Xtr, ytr, Xte, yte, args.k, f"synthetic features: {args.k} Gaussian "
+                        f"classes in R^{args.d}")  # fmt: skip
+    xtr, ytr, xte, yte, source = load_inputs(args.n, rng, args.data_dir)
+    rff = RandomFourierFeatures.draw(
+        xtr.shape[1], args.d, bandwidth=median_bandwidth(xtr, rng=rng), rng=rng
     )
-    device_name = "cpu"
-    if args.device == "cuda":
-        import torch
+    Xtr, Xte = clip_to_unit_ball(rff.transform(xtr)), clip_to_unit_ball(rff.transform(xte))
+    return Workload(Xtr, ytr, Xte, yte, 10, source)
 
-        device_name = torch.cuda.get_device_name(0)
-    origin = provenance(None if args.device == "cpu" else device_name)
-    console.print(
-        f"[bold]workload[/]: n={args.n} d={args.d} K={k} ({source}); "
-        f"{args.backend} on {device_name}"
-    )
-    t = time.perf_counter()
+
+def trained_head(
+    args: argparse.Namespace, rows: Workload, console: Console
+) -> tuple[CertifiedHead, float]:
+    """The freshly trained head and its training seconds (from ``--head-cache`` when there)."""
+    cfg = HeadConfig(
+        lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4, report_exact=False,
+        device=args.device, backend=args.backend,
+    )  # fmt: skip
     cache = args.head_cache
     if cache is not None and cache.exists():
         with cache.open("rb") as fh:
             fresh, train_s = pickle.load(fh)
         console.print(f"loaded the trained head from {cache} (trained in {train_s:.1f} s)")
-    else:
-        data = LocalHeadData(Xtr, ytr, k, backend=backend)
-        fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
-        train_s = time.perf_counter() - t
-        if cache is not None:
-            with cache.open("wb") as fh:
-                pickle.dump((fresh, train_s), fh, protocol=pickle.HIGHEST_PROTOCOL)
-    console.print(f"trained in {train_s:.1f} s ({fresh.last_fit_iterations} Newton iterations)")
-    order = rng.permutation(args.n)
+        return fresh, train_s
+    t = time.perf_counter()
+    data = LocalHeadData(
+        rows.Xtr, rows.ytr, rows.k, backend=make_backend(args.device, args.backend)
+    )
+    fresh = CertifiedHead(data, cfg, rng=np.random.default_rng(1))
+    train_s = time.perf_counter() - t
+    if cache is not None:
+        with cache.open("wb") as fh:
+            pickle.dump((fresh, train_s), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return fresh, train_s
 
+
+def machine_line() -> str:
+    return f"{platform.machine()} ({platform.node()}), {os.cpu_count()} cores"
+
+
+def write(path: str, body: dict[str, Any]) -> None:
+    """The result file (partial results too: a timeout or a stop keeps what was measured)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(body, indent=2) + "\n")
+
+
+def run_large(
+    args: argparse.Namespace, fresh: CertifiedHead, order: np.ndarray, run: dict[str, Any],
+    console: Console,
+) -> None:  # fmt: skip
+    """The large workloads' path (``--large``): no copies of the head."""
+    body = {
+        **run, "accounting": fresh.config.accounting,
+        "memory_after_training": gpu_memory(), "budget": fresh.budget,
+    }  # fmt: skip
+
+    def save(figures: dict[str, Any]) -> None:
+        write(args.out, {**body, **figures})
+
+    body |= large_workload(fresh, order, args, console, save)
+    body["load_average_at_end"] = os.getloadavg()
+    save({})
+    rate = body["single_removals_per_second"]
+    console.print(
+        f"n={args.n} d={args.d} K={run['k']}: train {run['train_seconds']:.1f} s, build "
+        f"{body['hessian_build']['seconds']:.2f} s, "
+        f"{'-' if rate is None else f'{rate:.0f}'} single removals/s, stream "
+        f"{body['stream']['amortised_seconds_per_removal'] * 1e3:.2f} ms/removal, "
+        + ", ".join(f"batch {m}: {b['seconds'] * 1e3:.1f} ms" for m, b in body["batches"].items())
+        + f", retrain {body['retrain_seconds']:.1f} s; memory {body['memory_after_retrain']}"
+    )
+
+
+def per_accounting(
+    args: argparse.Namespace, fresh: CertifiedHead, order: np.ndarray, run: dict[str, Any],
+    console: Console,
+) -> dict[str, Any]:  # fmt: skip
+    """For each ``--accounting``: its budget cycle and batches, and its ``--stream``."""
+    streamed = set(args.accounting if args.stream_accounting is None else args.stream_accounting)
     modes: dict[str, Any] = {}
 
-    def save_partial(extra: dict[str, Any] | None = None) -> None:
-        # partial results survive a timeout or a stop (the one-shot GPU check has a fixed
-        # budget; a 10,000-removal stream on 2 cores takes most of an hour)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        body = {"provenance": origin, "partial": True, "modes": modes, **(extra or {}),
-                **settings}  # fmt: skip
-        Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
+    def save_partial() -> None:  # a 10,000-removal stream on 2 cores takes most of an hour
+        write(args.out, {"provenance": run["provenance"], "partial": True, "modes": modes, **run})
 
-    if args.large:
-        body = {
-            "provenance": origin,
-            "n": args.n, "d": args.d, "k": k, "backend": args.backend, "device": args.device,
-            "device_name": device_name, "accounting": cfg.accounting, "source": source,
-            "train_seconds": train_s, "memory_after_training": gpu_memory(),
-            "budget": fresh.budget,
-            "machine": f"{platform.machine()} ({platform.node()}), {os.cpu_count()} cores",
-            "load_average_at_start": load_start,
-        }  # fmt: skip
-
-        def save(figures: dict[str, Any]) -> None:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({**body, **figures}, indent=2) + "\n")
-
-        body |= large_workload(fresh, order, args, console, save)
-        body["load_average_at_end"] = os.getloadavg()
-        save({})
-        rate = body["single_removals_per_second"]
-        console.print(
-            f"n={args.n} d={args.d} K={k}: train {train_s:.1f} s, build "
-            f"{body['hessian_build']['seconds']:.2f} s, "
-            f"{'-' if rate is None else f'{rate:.0f}'} single removals/s, stream "
-            f"{body['stream']['amortised_seconds_per_removal'] * 1e3:.2f} ms/removal, "
-            + ", ".join(
-                f"batch {m}: {b['seconds'] * 1e3:.1f} ms" for m, b in body["batches"].items()
-            )
-            + f", retrain {body['retrain_seconds']:.1f} s; memory {body['memory_after_retrain']}"
-        )
-        console.print(f"wrote {args.out}")
-        return
-    settings = {
-        "n": args.n,
-        "d": args.d,
-        "k": k,
-        "backend": args.backend,
-        "device": args.device,
-        "stream_removals": args.stream,
-        "train_seconds": train_s,
-        "load_average_at_start": load_start,
-    }
     for accounting in args.accounting:
         modes[accounting] = {"accounting": accounting}
         if not args.only_stream:
@@ -509,68 +510,32 @@ def main() -> None:
             modes[accounting]["amortised_seconds_per_removal"] = st["amortised_seconds_per_removal"]
         console.print(f"{accounting}: {modes[accounting].get('removals_before_retrain')} removals")
         save_partial()
+    return modes
 
-    if args.only_stream:
-        Path(args.out).write_text(
-            json.dumps({"provenance": origin, "modes": modes, **settings,
-                        "load_average_at_end": os.getloadavg(),
-                        "source": source, "budget": fresh.budget,
-                        "machine": f"{platform.machine()} ({platform.node()}), "
-                        f"{os.cpu_count()} cores"}, indent=2) + "\n"
-        )  # fmt: skip
-        for mode, body in modes.items():
-            st = body["stream"]
-            console.print(
-                f"{mode}: {st['removals']} removals in {st['seconds']:.1f} s, "
-                f"{st['amortised_seconds_per_removal']:.4f} s/removal, {st['retrains']} retrains"
-            )
-        console.print(f"wrote {args.out}")
-        return
 
-    build = hessian_build(fresh)
-    naive_rate: float | None = None
-    vs: dict[str, Any] | None = None
-    if not args.no_reference:
-        naive = with_config(fresh, hessian_mode="rebuild")
-        t = time.perf_counter()
-        for sid in order[: args.naive]:
-            naive.remove([int(sid)])
-        naive_rate = args.naive / (time.perf_counter() - t)
-        vs = versus_retraining(
-            with_config(fresh, accounting="exact", report_exact=True),
-            [int(i) for i in order[:1000]],
-            Xtr,
-            ytr,
-            Xte,
-            yte,
-        )
-    headline = next(iter(modes))  # the first --accounting (default: anchored, the default)
-    result = {
-        "provenance": origin,
-        "accounting": headline,  # the headline figures below; every mode in "modes"
-        "removals_before_retrain": modes[headline]["removals_before_retrain"],
-        "retrain_seconds": modes[headline]["retrain_seconds"],
-        "amortised_seconds_per_removal": modes[headline]["amortised_seconds_per_removal"],
-        "modes": modes,
-        "n": args.n,
-        "d": args.d,
-        "k": k,
-        "backend": args.backend,
-        "device": args.device,
-        "device_name": device_name,
-        "memory": gpu_memory(),
-        "stream_removals": args.stream,
-        "hessian_build": build,
-        "source": source,
-        "train_seconds": train_s,
-        "budget": fresh.budget,
-        "training_residual": fresh.cumulative_residual,
-        "naive_removals_per_second": naive_rate,
-        "exact_batch_vs_retraining": vs,
-        "machine": f"{platform.machine()} ({platform.node()}), {os.cpu_count()} cores",
-        "load_average_at_start": load_start,
-        "load_average_at_end": os.getloadavg(),
-    }
+def references(
+    args: argparse.Namespace, fresh: CertifiedHead, order: np.ndarray, rows: Workload
+) -> tuple[float | None, dict[str, Any] | None]:
+    """The naive path's single removals per second and the exact batch against retraining."""
+    if args.no_reference:
+        return None, None
+    naive = with_config(fresh, hessian_mode="rebuild")
+    t = time.perf_counter()
+    for sid in order[: args.naive]:
+        naive.remove([int(sid)])
+    naive_rate = args.naive / (time.perf_counter() - t)
+    vs = versus_retraining(
+        with_config(fresh, accounting="exact", report_exact=True),
+        [int(i) for i in order[:1000]],
+        rows.Xtr, rows.ytr, rows.Xte, rows.yte,
+    )  # fmt: skip
+    return naive_rate, vs
+
+
+def print_tables(
+    args: argparse.Namespace, modes: dict[str, Any], result: dict[str, Any], console: Console
+) -> None:
+    """The cost per accounting, every bound of one batch, the build and the references."""
     table = Table(title="certified removal: cost per accounting (Fashion-MNIST, n, d, K above)")
     table.add_column("metric")
     for mode in modes:
@@ -613,8 +578,11 @@ def main() -> None:
     for m in args.batches:
         b = next(iter(modes.values()))["batches"].get(str(m))
         if b is not None:
-            bounds.add_row(f"{m:,}", *(f"{b['bounds'][k] / fresh.budget:.3g}" for k in b["bounds"]))
+            bounds.add_row(
+                f"{m:,}", *(f"{b['bounds'][k] / result['budget']:.3g}" for k in b["bounds"])
+            )
     console.print(bounds)
+    build, vs = result["hessian_build"], result["exact_batch_vs_retraining"]
     console.print(
         f"one exact Hessian build: {build['seconds']:.2f} s "
         f"({build['gflops_per_second']:.1f} GF/s over K n d^2 = {build['flops']:.2e} flops)"
@@ -624,10 +592,74 @@ def main() -> None:
             f"exact accounting, batch of 1,000: {vs['batch_removal_seconds']:.2f} s vs "
             f"retraining {vs['retrain_from_scratch_seconds']:.1f} s; accuracy gap "
             f"{vs['accuracy_gap_points']:.3f} points; distance "
-            f"{vs['relative_param_distance']:.1e}; naive path {naive_rate:.3f} removals/s"
+            f"{vs['relative_param_distance']:.1e}; naive path "
+            f"{result['naive_removals_per_second']:.3f} removals/s"
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main() -> None:
+    """Stages: the workload, the trained head, then the large path, or each accounting, the
+    build and the references; the tables; the result file."""
+    args = parse_args()
+    load_start = os.getloadavg()
+    console = Console()
+    rng = np.random.default_rng(0)
+    rows = workload(args, rng)
+    device_name = "cpu"
+    if args.device == "cuda":
+        import torch
+
+        device_name = torch.cuda.get_device_name(0)
+    origin = provenance(None if args.device == "cpu" else device_name)
+    console.print(
+        f"[bold]workload[/]: n={args.n} d={args.d} K={rows.k} ({rows.source}); "
+        f"{args.backend} on {device_name}"
+    )
+    fresh, train_s = trained_head(args, rows, console)
+    console.print(f"trained in {train_s:.1f} s ({fresh.last_fit_iterations} Newton iterations)")
+    order = rng.permutation(args.n)
+    run = {
+        "provenance": origin, "n": args.n, "d": args.d, "k": rows.k, "backend": args.backend,
+        "device": args.device, "device_name": device_name, "source": rows.source,
+        "stream_removals": args.stream, "train_seconds": train_s,
+        "machine": machine_line(), "load_average_at_start": load_start,
+    }  # fmt: skip
+    if args.large:
+        run_large(args, fresh, order, run, console)
+        console.print(f"wrote {args.out}")
+        return
+    modes = per_accounting(args, fresh, order, run, console)
+    if args.only_stream:
+        write(args.out, {**run, "modes": modes, "budget": fresh.budget,
+                         "load_average_at_end": os.getloadavg()})  # fmt: skip
+        for mode, body in modes.items():
+            st = body["stream"]
+            console.print(
+                f"{mode}: {st['removals']} removals in {st['seconds']:.1f} s, "
+                f"{st['amortised_seconds_per_removal']:.4f} s/removal, {st['retrains']} retrains"
+            )
+        console.print(f"wrote {args.out}")
+        return
+    build = hessian_build(fresh)
+    naive_rate, vs = references(args, fresh, order, rows)
+    headline = next(iter(modes))  # the first --accounting (default: anchored, the default)
+    result = {
+        **run,
+        "accounting": headline,  # the headline figures below; every mode in "modes"
+        "removals_before_retrain": modes[headline]["removals_before_retrain"],
+        "retrain_seconds": modes[headline]["retrain_seconds"],
+        "amortised_seconds_per_removal": modes[headline]["amortised_seconds_per_removal"],
+        "modes": modes,
+        "memory": gpu_memory(),
+        "hessian_build": build,
+        "budget": fresh.budget,
+        "training_residual": fresh.cumulative_residual,
+        "naive_removals_per_second": naive_rate,
+        "exact_batch_vs_retraining": vs,
+        "load_average_at_end": os.getloadavg(),
+    }
+    print_tables(args, modes, result, console)
+    write(args.out, result)
     console.print(f"wrote {args.out}")
 
 
