@@ -1,4 +1,4 @@
-"""Benchmark: the Kafka deletion stream, topic -> certified updates -> receipts (issue 5).
+"""Benchmark: the Kafka deletion stream, topic -> certified updates -> receipts.
 
 Workload: the quickstart scenario's data (synthetic, 20 features, 2 classes) with 10 clients
 in-process, ``n_train`` rows, and its three-phase deletion stream turned into single-sample
@@ -19,7 +19,8 @@ offset commit, idempotent publish). Two measurements per size:
   reloaded, not rebuilt), with the first start's time to ready (a full build) beside it;
   crashed capacity = requests / (last receipt - first consumer ready), the whole crashed run.
 
-Writes ``bench/results/stream.json``: ``requests_per_second`` (drain capacity of the main run,
+Writes ``bench/results/stream-cpu.json`` (``--out``), with its provenance:
+``requests_per_second`` (drain capacity of the main run,
 the first ``--n-train``), ``latency_p50_seconds`` / ``latency_p99_seconds`` (its paced run),
 ``restart_to_ready_seconds`` (its restart run),
 ``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 2 s at >= 1,000/s offered),
@@ -51,6 +52,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from provenance import provenance  # noqa: E402
 
 from server.kafka.broker import LocalBroker  # noqa: E402
 from server.kafka.producer import replay_requests, scenario_requests, send_times  # noqa: E402
@@ -323,8 +327,10 @@ def main() -> None:
         "training; its first start then measures a reload, not a build)",
     )  # fmt: skip
     p.add_argument("--receipt-timeout", type=float, default=120.0, help="seconds to wait")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream.json")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream-cpu.json")
     args = p.parse_args()
+    head_device = load_scenario(args.scenario, overrides=args.set).head.device
+    origin = provenance(None if head_device == "cpu" else device_name(head_device))
     console = Console()
     runs = []
     restart: dict[str, Any] = {}
@@ -339,7 +345,7 @@ def main() -> None:
                 runs.append(one_run(mode, broker, n_train, a, Path(tmp)))
                 # partial results survive an interrupted run (full size takes many minutes)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                partial = {"partial": True, "runs": runs, "load_average": os.getloadavg()}
+                partial = {"provenance": origin, "partial": True, "runs": runs}
                 args.out.write_text(json.dumps(partial, indent=2) + "\n")
             if n_train == args.n_train[0] and not args.no_restart:
                 console.print(f"[bold]restart[/] n_train={n_train}")
@@ -354,6 +360,7 @@ def main() -> None:
     restart = restart if not args.no_restart else {}
     head = load_scenario(args.scenario, overrides=args.set).head
     result = {
+        "provenance": origin,
         "scenario": str(args.scenario.resolve().relative_to(ROOT)),
         "accounting": head.accounting,
         "head_device": head.device,
