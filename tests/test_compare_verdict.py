@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from simulator.compare.harness import Measurement
 from simulator.compare.verdict import (
@@ -45,7 +44,15 @@ def m(method: str, seed: int, acc: float, removed: int = 10) -> Measurement:
     )
 
 
-def test_paired_t_interval_matches_scipy_and_reads_the_verdict() -> None:
+#: Student's t with 4 degrees of freedom in closed form, and its 97.5% point (tables).
+def t4_cdf(t: float) -> float:
+    return 0.5 + t * (t * t + 6) / (2 * (t * t + 4) ** 1.5)
+
+
+T4_975 = 2.7764451051977987
+
+
+def test_paired_t_interval_is_students_and_reads_the_verdict() -> None:
     cr = [0.80, 0.82, 0.81, 0.79, 0.83]
     dr = [0.83, 0.84, 0.85, 0.81, 0.86]
     rows = [m("cr", s, a) for s, a in enumerate(cr)] + [
@@ -54,14 +61,31 @@ def test_paired_t_interval_matches_scipy_and_reads_the_verdict() -> None:
     got = paired(rows, "decoremoval", "cr", "acc_test", 10)
     assert got is not None and got.seeds == 5
     d = np.subtract(dr, cr)
-    ref = stats.ttest_rel(dr, cr)
-    assert math.isclose(got.p_value, float(ref.pvalue), rel_tol=1e-9)
-    half = stats.t.ppf(0.975, 4) * d.std(ddof=1) / math.sqrt(5)
+    se = d.std(ddof=1) / math.sqrt(5)
+    t = d.mean() / se  # the paired t statistic, by hand
+    assert math.isclose(got.p_value, 2 * (1 - t4_cdf(abs(t))), rel_tol=1e-9)
+    half = T4_975 * se
     assert math.isclose(got.low, d.mean() - half) and math.isclose(got.high, d.mean() + half)
     assert got.verdict == "DR better"
-    assert got.boot_low <= d.mean() <= got.boot_high
     flipped = paired(rows, "cr", "decoremoval", "acc_test", 10)
     assert flipped is not None and flipped.verdict == "DR better"  # base is DR now, CI below 0
+
+
+def test_the_bootstrap_interval_is_a_seeded_percentile_interval_of_the_mean() -> None:
+    """Properties of a percentile bootstrap of the mean: inside the differences' range, around
+    their mean, narrower than the range, and the same for the same seeds."""
+    cr = [0.80, 0.82, 0.81, 0.79, 0.83, 0.80]
+    dr = [0.83, 0.84, 0.85, 0.81, 0.86, 0.79]
+    rows = [m("cr", s, a) for s, a in enumerate(cr)] + [
+        m("decoremoval", s, a) for s, a in enumerate(dr)
+    ]
+    got = paired(rows, "decoremoval", "cr", "acc_test", 10)
+    assert got is not None
+    d = np.subtract(dr, cr)
+    assert d.min() <= got.boot_low <= d.mean() <= got.boot_high <= d.max()
+    assert got.boot_high - got.boot_low < d.max() - d.min()
+    again = paired(rows, "decoremoval", "cr", "acc_test", 10)
+    assert again is not None and (again.boot_low, again.boot_high) == (got.boot_low, got.boot_high)
 
 
 def test_no_difference_when_the_interval_holds_zero_and_pairs_by_seed() -> None:
