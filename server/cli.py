@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from server.commands.compare import legacy_words
+from server.commands.legacy import legacy_words
 from server.extras import missing_extra_message
 from simulator.errors import UnlearnSimError
 

@@ -16,7 +16,8 @@ nothing but a comparison's files: :func:`simulator.owned_files.claim`). ``compar
 :mod:`server.commands.runs`.
 
 The names of the previous release (``compare SCENARIO``, ``compare-summary``,
-``compare-retable``, ``runs compare``) still work, with a note (:data:`LEGACY`).
+``compare-retable``, ``runs compare``) still work, with a note
+(:mod:`server.commands.legacy`).
 """
 
 from __future__ import annotations
@@ -34,36 +35,6 @@ from simulator.errors import ConfigError
 
 #: Where a comparison writes without ``--output`` (under ``runs/``, which git ignores).
 COMPARE_ROOT = "runs/compare"
-
-
-#: The actions of ``compare``.
-ACTIONS = ("run", "runs", "summary", "retable")
-#: Command names of the previous release -> their words now (kept for one release, with a note).
-LEGACY = {
-    ("compare-summary",): ("compare", "summary"),
-    ("compare-retable",): ("compare", "retable"),
-    ("runs", "compare"): ("compare", "runs"),
-}
-
-
-def legacy_words(argv: list[str]) -> tuple[list[str], str | None]:
-    """``argv`` with an old command name replaced by its new words, and a note saying so.
-
-    ``compare SCENARIO`` (no action) is ``compare run SCENARIO``.
-    """
-    for old, new in LEGACY.items():
-        if tuple(argv[: len(old)]) == old:
-            return [*new, *argv[len(old) :]], _moved(old, new)
-    if argv[:1] == ["compare"] and len(argv) > 1 and argv[1] not in {*ACTIONS, "-h", "--help"}:
-        return ["compare", "run", *argv[1:]], _moved(("compare",), ("compare", "run"))
-    return argv, None
-
-
-def _moved(old: tuple[str, ...], new: tuple[str, ...]) -> str:
-    return (
-        f"note: 'unlearnsim {' '.join(old)}' is now 'unlearnsim {' '.join(new)}'; the old name "
-        "goes in the next release"
-    )
 
 
 def register(sub: Any) -> None:
