@@ -9,6 +9,7 @@ or the client (:func:`simulator.runner.featurize.client_update`,
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,21 @@ from simulator.runner.featurize import build_extractor, client_update, featurize
 from simulator.runner.federation import load_dataset, split_clients
 from simulator.runner.shards import make_client, shard_digest
 from simulator.scenario import Scenario, parse_scenario
+
+
+@lru_cache(maxsize=2)
+def _federation_data(text: str) -> tuple[Scenario, Any, tuple[NDArray[np.int64], ...]]:
+    """The scenario, its dataset and every client's shard, built once per process and scenario.
+
+    A process that serves many clients (a Ray worker of the simulation engine serves hundreds)
+    loads the dataset and splits it once instead of once per message; the result is the same
+    (both are deterministic in the scenario). A fresh process per message (the Deployment
+    Engine) simply builds it again. Callers only read the arrays.
+    """
+    scenario = parse_scenario(text, source="<scenario from the server>")
+    dataset = load_dataset(scenario)
+    shards, _ = split_clients(scenario, dataset)
+    return scenario, dataset, tuple(shards)
 
 
 def _shard(
@@ -40,12 +56,10 @@ def _shard(
     InputError
         ``retained`` names a row outside this client's shard.
     """
-    scenario = parse_scenario(text, source="<scenario from the server>")
+    scenario, dataset, shards = _federation_data(text)
     n = scenario.partition.num_clients
     if not 0 <= client_id < n:
         raise ConfigError(f"partition {client_id} is outside the scenario's {n} clients")
-    dataset = load_dataset(scenario)
-    shards, _ = split_clients(scenario, dataset)
     rows = shards[client_id]
     if retained is None:
         return scenario, dataset, rows

@@ -109,7 +109,9 @@ RUN_GROUPS: dict[str, tuple[str, ...]] = {
         "state_dir", "idle_timeout", "on_offset_gap", "ready_file", "ownership",
         "signing_key_env", "signing_key_file", "subject_rate_limit", "subject_rate_window",
     ),
-    "federation": ("transport", "superlink", "client_timeout", "min_removal_batch"),
+    "federation": (
+        "transport", "superlink", "ray_address", "client_timeout", "min_removal_batch",
+    ),
     "performance": ("max_batch_requests", "max_wait", "snapshot_every", "no_fsync", "blas_threads"),
 }  # fmt: skip
 

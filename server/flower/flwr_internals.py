@@ -6,7 +6,8 @@ sleeps, need internals; they are imported and used here and nowhere else
 (``tests/test_flower_internals.py`` fails loudly when any of them changes, and
 :func:`pin_problems` makes the warm SuperNode refuse to start on a Flower it was not written
 for, naming the stock ``flower-supernode`` as the way out). Paths below are relative to the
-installed ``flwr/``.
+installed ``flwr/``. The one exception is the simulation engine's message queue, replaced for
+``flower-sim`` runs in :mod:`server.flower.sim_engine` (with its own pin check).
 
 Warm worker (``server/flower/clientapp_worker.py``), what ``flwr-clientapp`` does for one task
 (``supernode/runtime/run_clientapp.py``), minus the process start, the FAB install and the

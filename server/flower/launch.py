@@ -59,6 +59,7 @@ def run_flower(
             on_event=on_event,
             plots=not args.no_plots,
             stream=stream,
+            ray_address=getattr(args, "ray_address", None),
         )
     from server.flower.deployment import run_deployed
 

@@ -10,7 +10,7 @@ TRANSPORTS = ("inprocess", "flower-sim", "flower-deploy")
 
 
 def add_flower_options(parser: argparse.ArgumentParser) -> None:
-    """``--transport``, ``--superlink``, ``--client-timeout``."""
+    """``--transport``, ``--superlink``, ``--ray-address``, ``--client-timeout``."""
     parser.add_argument(
         "--transport",
         choices=TRANSPORTS,
@@ -21,6 +21,13 @@ def add_flower_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="flower-deploy: submit to this running SuperLink instead of starting one "
         "(docs/flower.md)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="flower-sim: run the clients on this running Ray cluster (`auto`, or the head "
+        "node's HOST:6379; default: $RAY_ADDRESS, else a Ray instance started for the run on "
+        "this machine; docs/flower.md)",
     )
     parser.add_argument(
         "--client-timeout",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from simulator.scenario import Scenario
 SIM_POLL_INTERVAL = 0.02
 
 
-def run_simulated(
+def run_simulated(  # noqa: PLR0913 (the run and its keyword-only options, defaulted)
     scenario: Scenario,
     folder: Path,
     settings: FleetSettings,
@@ -31,11 +31,16 @@ def run_simulated(
     on_event: Sequence[Callable[[dict[str, Any], Any], None]] = (),
     plots: bool = True,
     stream: ConsumerSettings | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
-    """Run ``scenario`` with ``num_clients`` simulated SuperNodes; outputs in ``folder``."""
+    """Run ``scenario`` with ``num_clients`` simulated SuperNodes; outputs in ``folder``.
+
+    ``ray_address``: a running Ray cluster for the clients (:func:`backend_config`).
+    """
     apply_flower_env(folder / "flwr-home")
     from flwr.simulation import run_simulation  # after the environment is set
 
+    from server.flower.sim_engine import one_pass_queue
     from server.server_app import make_server_app
 
     client_app = client_app_component()
@@ -54,20 +59,45 @@ def run_simulated(
         plots=plots,
         stream=stream,
     )
-    cpus = max(1, min(os.cpu_count() or 1, num))
-    with known_notices_silenced():
+    with known_notices_silenced(), one_pass_queue():
         run_simulation(
             server_app=server_app,
             client_app=client_app,
             num_supernodes=num,
-            backend_config={
-                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"num_cpus": cpus, "include_dashboard": False},
-            },
+            backend_config=backend_config(num, ray_address),
         )
     if not results:
         raise RuntimeError("the Flower simulation ended without a result (see the log above)")
     return results[0]
+
+
+def backend_config(
+    num_clients: int, address: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The Ray backend's config: one CPU per client actor, on this machine or a cluster.
+
+    Parameters
+    ----------
+    num_clients : virtual SuperNodes of the run.
+    address : a running Ray cluster (``auto``, or the head's ``HOST:PORT``); None or empty:
+        ``RAY_ADDRESS`` of ``env`` (default ``os.environ``), and without it a Ray instance
+        of this machine with one actor per core (at most one per client).
+    env : the environment to read ``RAY_ADDRESS`` from.
+
+    Returns
+    -------
+    dict
+        ``backend_config`` of ``run_simulation``: with an address, Ray joins the cluster and
+        Flower starts one client actor per CPU of all its nodes (``num_cpus`` may not be given
+        then); without one, Ray starts here with ``num_cpus`` CPUs.
+    """
+    address = address or (os.environ if env is None else env).get("RAY_ADDRESS") or None
+    init: dict[str, Any] = {"include_dashboard": False}
+    if address:
+        init["address"] = address
+    else:
+        init["num_cpus"] = max(1, min(os.cpu_count() or 1, num_clients))
+    return {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": init}
 
 
 #: Notices the simulation engine prints on every run that say nothing about this run: Flower's
