@@ -358,6 +358,27 @@ def stream_cuda(doc: dict[str, Any], results: Path) -> list[Row]:
     return stream_rows(doc, "<= 0.5 s", "")
 
 
+def stream_tall_cuda(doc: dict[str, Any], results: Path) -> list[Row]:
+    """``bench/stream.py`` on ``bench/stream_synthetic.yaml`` (10^6 rows), the head on the GPU:
+    the stream's figures and the consumer's memory."""
+    paced, _ = paced_drain(doc)
+    rows = stream_rows(doc, "", "")
+    if paced.get("consumer_peak_rss_gb") is not None:
+        rows.append(
+            ("consumer's peak resident memory", f"{paced['consumer_peak_rss_gb']:.1f} GB", "")
+        )
+    if paced.get("gpu_memory_used_peak_gb") is not None:
+        before = paced.get("gpu_memory_used_before_gb") or 0.0
+        rows.append(
+            (
+                "card memory in use at its peak (sampled every 0.25 s)",
+                f"{paced['gpu_memory_used_peak_gb']:.1f} GB ({before:.1f} GB before the consumer)",
+                "",
+            )
+        )
+    return rows
+
+
 def yes(value: Any) -> str:
     """A check's outcome in words."""
     return {True: "yes", False: "no"}.get(value, "not measured")
@@ -548,6 +569,106 @@ def workloads(doc: dict[str, Any], results: Path) -> list[Row]:
     ]
 
 
+AXIS_NAMES = {"n": "n", "d": "d", "k": "K"}
+
+
+def scale_point(p: dict[str, Any], gpu: bool) -> list[str]:
+    """One point of the scale sweep: its shape and what each operation cost."""
+    removal = "-"
+    if p.get("removal_seconds") is not None:
+        removal = f"{dur(p['removal_seconds'])} ({p['retrains']} / {p['exact_passes']})"
+    batch = "-"
+    if p.get("batch_seconds") is not None:
+        batch = dur(p["batch_seconds"]) + ("" if p.get("batch_certified") else ", retrain")
+    rss = "-" if p.get("peak_rss_gb") is None else f"{p['peak_rss_gb']:.2f} GB"
+    cells = [num(p["n"]), num(p["d"]), str(p["k"]), dur(p.get("train_seconds")), removal, batch]
+    cells += [dur(p.get("retrain_seconds")), rss]
+    if gpu:
+        cells.append("-" if p.get("peak_gpu_gb") is None else f"{p['peak_gpu_gb']:.1f} GB")
+    return cells
+
+
+def scale(doc: dict[str, Any], results: Path) -> str:
+    """``bench/scale.py``: cost against n, d and K, one axis at a time around a base point.
+
+    One table: a block of rows per axis, the base point in each block; then the points that
+    did not finish and why.
+    """
+    gpu = doc["device"] == "cuda"
+    base = doc["base"]
+    head = ["varies", "n", "d", "K", "set-up (training)",
+            f"single removal, amortised over {num(doc['stream_removals'])} "
+            "(retrains / exact passes)",
+            f"{num(doc['batch_rows'])}-row batch", "retrain", "peak RSS"]  # fmt: skip
+    if gpu:
+        head.append("peak GPU memory (allocated)")
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    unfinished = []
+    points = doc["points"]
+    for axis in ("n", "d", "k"):
+        block = [p for p in points if p["axis"] in (axis, "base")]
+        if not any(p["axis"] == axis for p in block):
+            continue
+        for p in sorted(block, key=lambda p: p[axis]):
+            label = AXIS_NAMES[axis] + (" (base)" if p["axis"] == "base" else "")
+            out.append("| " + " | ".join([label, *scale_point(p, gpu)]) + " |")
+    for p in points:
+        if p["status"] != "ok":
+            unfinished.append(f"n = {num(p['n'])}, d = {num(p['d'])}, K = {p['k']}: {p['status']}")
+    out.append("")
+    out.append(
+        f"Base point n = {num(base['n'])}, d = {num(base['d'])}, K = {base['k']}; "
+        f"`{doc['accounting']}` charge; peak RSS is the whole process (the interpreter and its "
+        f"libraries alone: {doc['baseline_rss_gb']:.2f} GB)."
+        + (f" Not finished: {'; '.join(unfinished)}." if unfinished else "")
+    )
+    return "\n".join(out)
+
+
+#: Result files rendered as a whole table of their own (not figure / value / target rows).
+def clients(doc: dict[str, Any], results: Path) -> str:
+    """``bench/clients.py``: set-up, deletion batch and memory at 10 to 1,000 clients."""
+    out = [
+        "| transport | clients | batch kind | set-up (build + rest) | deletion batch, median (max) "
+        "| all-client rounds / owners only | peak memory, PSS (RSS) | same head and receipts "
+        "as in-process |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    kinds = {"all-clients": "exact round every batch", "owners": "owners only"}
+    for r in doc["results"]:
+        same = r.get("receipts_equal_inprocess")
+        diff = r.get("head_max_abs_diff_vs_inprocess")
+        agree = (
+            "-"
+            if same is None or r["transport"] == "inprocess"
+            else (f"{'yes' if same else 'NO'} (head {diff:g})")
+        )
+        target = " (target < 5 s)" if r["clients"] >= 1000 else ""
+        out.append(
+            f"| {r['transport']} | {num(r['clients'])} | {kinds.get(r['kind'], r['kind'])} "
+            f"| {dur(r['setup_seconds'])} + {dur(r['other_seconds'])} "
+            f"| {dur(r['batch_median_seconds'])} ({dur(r['batch_max_seconds'])}){target} "
+            f"| {r['batches_all_clients_round']} / {r['batches_owners_only']} "
+            f"| {num(r['peak_memory_pss_mib'])} MiB ({num(r['peak_memory_rss_mib'])} MiB) "
+            f"| {agree} |"
+        )
+    return "\n".join(out)
+
+
+GRIDS: dict[str, Callable[[dict[str, Any], Path], str]] = {
+    "clients-cpu": clients,
+    "scale-cpu": scale,
+    "scale-cuda": scale,
+}
+
+#: What the page says where a result file is not there yet (default: run the command above).
+MISSING = {
+    "scale-cuda": 'Not measured on a GPU yet: `STEPS="scale" bash bench/gpu` measures it '
+    "(its `scale.json` is this file).",
+    "stream-tall-cuda": 'Not measured on a GPU yet: `STEPS="kafka-tall" bash bench/gpu` measures '
+    "it (its `stream-tall.json` is this file).",
+}
+
 TABLES: dict[str, Callable[[dict[str, Any], Path], list[Row]]] = {
     "removal-cpu": removal_cpu,
     "removal-cuda": removal_cuda,
@@ -555,6 +676,7 @@ TABLES: dict[str, Callable[[dict[str, Any], Path], list[Row]]] = {
     "removal-wide-cuda": large,
     "stream-cpu": stream_cpu,
     "stream-cuda": stream_cuda,
+    "stream-tall-cuda": stream_tall_cuda,
     "crash-recovery-cpu": crash_recovery,
     "restart-cpu": restart,
     "overhead": overhead,
@@ -577,8 +699,11 @@ def section(results: Path, name: str) -> str:
     """The table of one result file and its provenance."""
     doc = load(results, name)
     if doc is None:
-        return f"(`bench/results/{name}.json` is missing: run the command above.)"
-    return table(TABLES[name](doc, results)) + "\n\n" + provenance_text(name, doc)
+        return MISSING.get(
+            name, f"(`bench/results/{name}.json` is missing: run the command above.)"
+        )
+    body = GRIDS[name](doc, results) if name in GRIDS else table(TABLES[name](doc, results))
+    return body + "\n\n" + provenance_text(name, doc)
 
 
 def files_list(results: Path) -> str:

@@ -23,6 +23,8 @@ Writes ``bench/results/stream-cpu.json`` (``--out``), with its provenance:
 ``requests_per_second`` (drain capacity of the main run,
 the first ``--n-train``), ``latency_p50_seconds`` / ``latency_p99_seconds`` (its paced run),
 ``restart_to_ready_seconds`` (its restart run),
+``consumer_peak_rss_gb`` (the consumer process's peak resident memory, ``wait4``; with the head
+on a GPU also ``gpu_memory_used_peak_gb``, the card's memory in use sampled by ``nvidia-smi``),
 ``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 2 s at >= 1,000/s offered),
 the settings and every run's details. The quickstart as shipped has 3,000 training rows, so its
 stream of single-sample deletions is ~2,000 requests (~2 s at 1,000/s); the 20,000-row run
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,11 +72,14 @@ TARGET_RPS, TARGET_P99 = 1000.0, 2.0
 def overrides(n_train: int, requests: int, args: argparse.Namespace) -> list[str]:
     """Quickstart, 10 clients, ``n_train`` rows, about ``requests`` single-sample requests; for
     another ``--scenario`` (three phases of 10 ticks, like the quickstart's) only the phases'
-    rates, its rows and clients as written. ``--set`` overrides come last."""
+    rates, its clients as written, and its rows where its source is synthetic (otherwise as
+    written). ``--set`` overrides come last."""
     per_tick = requests / 25.0  # phases of 10 ticks at r, r, r/2 (plus bursts)
     out = []
     if Path(args.scenario).resolve() == QUICKSTART:
         out = ["partition.num_clients=10", f"data.synthetic.n_train={n_train}"]
+    elif load_scenario(args.scenario).data.source == "synthetic":  # its rows are --n-train
+        out = [f"data.synthetic.n_train={n_train}"]
     for i, rate in enumerate((per_tick, per_tick, per_tick / 2)):
         out += [f"stream.phases.{i}.rate={rate:.3f}", f"stream.phases.{i}.samples_per_request=1"]
     return out + list(args.set)
@@ -167,11 +173,68 @@ def restart_run(
     }
 
 
-def finish(proc: subprocess.Popen[str]) -> None:
+def finish(proc: subprocess.Popen[str]) -> float:
+    """Wait for the consumer to exit; its peak resident memory (GB, ``wait4``'s ``ru_maxrss``).
+
+    Raises
+    ------
+    RuntimeError
+        The consumer exited with a non-zero status (the end of its output in the message).
+    """
     assert proc.stdout is not None
-    rest = proc.stdout.read()
-    if proc.wait(timeout=600) != 0:
+    rest = proc.stdout.read()  # to the end: the consumer has closed its output
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
         raise RuntimeError(f"consumer failed:\n{rest[-3000:]}")
+    return usage.ru_maxrss * 1024 / 1e9
+
+
+class GpuMemory:
+    """The card's memory in use while a consumer runs, sampled by ``nvidia-smi`` every
+    ``every`` seconds in a thread: the most seen, and what was in use before (the samples can
+    miss a peak shorter than ``every``; the card's whole use, so nothing else should run)."""
+
+    def __init__(self, enabled: bool, every: float = 0.25) -> None:
+        self.enabled = enabled and shutil.which("nvidia-smi") is not None
+        self.every = every
+        self.before: float | None = None
+        self.peak: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def used_gb() -> float | None:
+        """Memory in use on the first card (GB), None where ``nvidia-smi`` fails."""
+        try:
+            line = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.splitlines()[0]  # fmt: skip
+            return float(line) * 2**20 / 1e9  # MiB
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            used = self.used_gb()
+            if used is not None:
+                self.peak = used if self.peak is None else max(self.peak, used)
+
+    def __enter__(self) -> GpuMemory:
+        if self.enabled:
+            self.before = self.used_gb()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+
+    def figures(self) -> dict[str, float | None]:
+        """``gpu_memory_used_before_gb`` and ``gpu_memory_used_peak_gb`` (None on the CPU)."""
+        return {"gpu_memory_used_before_gb": self.before, "gpu_memory_used_peak_gb": self.peak}
 
 
 def receipts(
@@ -209,6 +272,11 @@ def batch_stats(folder: Path) -> dict[str, Any]:
         "batch_requests_mean": float(sizes.mean()),
         "batch_requests_max": int(sizes.max()),
         "retrains": sum(bool(e.get("retrained")) for e in batches),
+        # batches that made an exact pass over every row (an anchor, or head.report_exact),
+        # and the correction steps taken after anchors (an exact pass each)
+        "exact_pass_batches": sum("exact" in e["timings"] for e in batches),
+        "anchored_batches": sum(bool(e.get("anchored")) for e in batches),
+        "correction_passes": sum(int(e.get("corrections") or 0) for e in batches),
         "batch_seconds_mean": float(totals.mean()),
         "batch_seconds_max": float(totals.max()),
         "removal_seconds_mean": float(removal.mean()),
@@ -245,7 +313,8 @@ def one_run(
     mode: str, broker: LocalBroker, n_train: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
     sets = overrides(n_train, args.requests, args)
-    requests = scenario_requests(load_scenario(args.scenario, overrides=sets))
+    scenario = load_scenario(args.scenario, overrides=sets)
+    requests = scenario_requests(scenario)
     topics = Topics(f"{mode}-{n_train}-req", f"{mode}-{n_train}-rec", f"{mode}-{n_train}-dlq")
     folder = work / f"{mode}-{n_train}"
     if args.reuse_federation:
@@ -257,14 +326,22 @@ def one_run(
                 (folder / "kafka-state").mkdir(parents=True, exist_ok=True)
                 shutil.copy(built, folder / "kafka-state" / "federation.pkl")
                 break
+    cache = args.federation_cache
+    if cache is not None and cache.exists():
+        (folder / "kafka-state").mkdir(parents=True, exist_ok=True)
+        shutil.copy(cache, folder / "kafka-state" / "federation.pkl")
     if mode == "drain":
         replay_requests(requests, bootstrap=broker.bootstrap, topics=topics)
-    proc, ready = start_consumer(broker.bootstrap, sets, folder, topics, args)
-    if mode == "paced":
-        schedule = send_times(requests, rate=args.rate)
-        replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, schedule=schedule)
-    got = receipts(broker.bootstrap, topics.receipts, len(requests), args.receipt_timeout)
-    finish(proc)
+    with GpuMemory(scenario.head.device != "cpu") as gpu:
+        proc, ready = start_consumer(broker.bootstrap, sets, folder, topics, args)
+        if mode == "paced":
+            schedule = send_times(requests, rate=args.rate)
+            replay_requests(requests, bootstrap=broker.bootstrap, topics=topics, schedule=schedule)
+        got = receipts(broker.bootstrap, topics.receipts, len(requests), args.receipt_timeout)
+        peak_rss = finish(proc)
+    built = folder / "kafka-state" / "federation.pkl"
+    if cache is not None and not cache.exists() and built.exists():
+        shutil.copy(built, cache)
     sent = np.array([g[0] for g in got]) / 1000.0
     done = np.array([g[1] for g in got]) / 1000.0
     latency = done - sent
@@ -283,6 +360,8 @@ def one_run(
         "latency_max_seconds": float(latency.max()),
         "accuracy_test_final": summary.get("metrics", {}).get("accuracy_test"),
         "epsilon_spent_final": summary.get("epsilon_spent"),
+        "consumer_peak_rss_gb": peak_rss,
+        **gpu.figures(),
         **batch_stats(folder),
     }
 
@@ -325,6 +404,11 @@ def main() -> None:
         "--reuse-federation", action="store_true",
         help="a size's second run reloads the federation its first run built (no second "
         "training; its first start then measures a reload, not a build)",
+    )  # fmt: skip
+    p.add_argument(
+        "--federation-cache", type=Path, default=None,
+        help="a federation.pkl kept between invocations: loaded when it exists (same scenario "
+        "and overrides, else the consumer refuses it and builds), written after a build",
     )  # fmt: skip
     p.add_argument("--receipt-timeout", type=float, default=120.0, help="seconds to wait")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream-cpu.json")
@@ -369,6 +453,8 @@ def main() -> None:
         "latency_p50_seconds": main_paced.get("latency_p50_seconds"),
         "latency_p99_seconds": main_paced.get("latency_p99_seconds"),
         "requests": (main_paced or main_drain).get("requests"),
+        "consumer_peak_rss_gb": (main_paced or main_drain).get("consumer_peak_rss_gb"),
+        "gpu_memory_used_peak_gb": (main_paced or main_drain).get("gpu_memory_used_peak_gb"),
         "restart_to_ready_seconds": restart.get("restart_to_ready_seconds"),
         "first_start_to_ready_seconds": restart.get("first_start_to_ready_seconds"),
         "crashed_requests_per_second": restart.get("crashed_requests_per_second"),
@@ -385,13 +471,16 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title="Kafka deletion stream (10 clients, quickstart data)")
-    for col in ("mode", "n_train", "requests", "req/s", "p50 s", "p99 s", "batches", "retrains"):
+    columns = ["mode", "n_train", "requests", "req/s", "p50 s", "p99 s", "batches", "retrains"]
+    for col in [*columns, "RSS GB", "GPU GB"]:
         table.add_column(col, justify="right")
     for r in runs:
+        gpu = r.get("gpu_memory_used_peak_gb")
         table.add_row(
             r["mode"], str(r["n_train"]), str(r["requests"]), f"{r['requests_per_second']:.0f}",
             f"{r['latency_p50_seconds']:.3f}", f"{r['latency_p99_seconds']:.3f}",
-            str(r["batches"]), str(r["retrains"]),
+            str(r["batches"]), str(r["retrains"]), f"{r['consumer_peak_rss_gb']:.2f}",
+            "-" if gpu is None else f"{gpu:.1f}",
         )  # fmt: skip
     console.print(table)
     if restart:
