@@ -25,7 +25,7 @@ the first ``--n-train``), ``latency_p50_seconds`` / ``latency_p99_seconds`` (its
 ``restart_to_ready_seconds`` (its restart run),
 ``consumer_peak_rss_gb`` (the consumer process's peak resident memory, ``wait4``; with the head
 on a GPU also ``gpu_memory_used_peak_gb``, the card's memory in use sampled by ``nvidia-smi``),
-``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 2 s at >= 1,000/s offered),
+``requests``, ``meets_targets`` (capacity >= 1,000/s and paced p99 <= 1 s at >= 1,000/s offered),
 the settings and every run's details. The quickstart as shipped has 3,000 training rows, so its
 stream of single-sample deletions is ~2,000 requests (~2 s at 1,000/s); the 20,000-row run
 (same generator and scenario) sustains ~10,000 requests.
@@ -66,7 +66,7 @@ from server.kafka.wire import header  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-TARGET_RPS, TARGET_P99 = 1000.0, 2.0
+TARGET_RPS, TARGET_P99 = 1000.0, 1.0  # issue 45: p99 <= 1 s on 2 CPU cores
 
 
 def overrides(n_train: int, requests: int, args: argparse.Namespace) -> list[str]:
@@ -341,6 +341,7 @@ def one_run(
         peak_rss = finish(proc)
     built = folder / "kafka-state" / "federation.pkl"
     if cache is not None and not cache.exists() and built.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(built, cache)
     sent = np.array([g[0] for g in got]) / 1000.0
     done = np.array([g[1] for g in got]) / 1000.0
@@ -367,7 +368,7 @@ def one_run(
 
 
 def meets(drain: dict[str, Any], paced: dict[str, Any]) -> bool:
-    """Capacity (drain) >= 1,000 requests/s and p99 <= 2 s while offered >= 1,000/s (paced)."""
+    """Capacity (drain) >= 1,000 requests/s and p99 <= 1 s while offered >= 1,000/s (paced)."""
     return bool(
         drain["requests_per_second"] >= TARGET_RPS
         and (paced["rate_offered"] or 0) >= TARGET_RPS

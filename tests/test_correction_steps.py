@@ -243,7 +243,7 @@ def test_secant_pairs_are_part_of_the_head_state(monkeypatch: pytest.MonkeyPatch
 
     head, _ = purge_in_batches(4, monkeypatch)
     saved = head.state_dict()
-    assert saved["version"] == STATE_VERSION == 3 and len(saved["pairs"]) == len(head._pairs) > 0
+    assert saved["version"] == STATE_VERSION == 4 and len(saved["pairs"]) == len(head._pairs) > 0
     twin, clone = pickle.loads(pickle.dumps(head)), copy.deepcopy(head)
     clone._pairs = ()
     clone.load_state_dict(saved)

@@ -273,7 +273,7 @@ def test_the_render_follows_the_results(tmp_path: Path) -> None:
     stream["runs"][0]["latency_p99_seconds"] = 9.87
     (results / "stream-cpu.json").write_text(json.dumps(stream))
     render = renderer().render
-    assert "| 9.87 s | <= 2 s |" in render(results) and render(results) != render()
+    assert "| 9.87 s | <= 1 s |" in render(results) and render(results) != render()
 
 
 # --- no history ------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ background snapshot does (``state_dict(host=False)``, written to disk only after
 batches ran), then restores each of those states into a fresh federation, applies the rest of
 the stream and compares the whole state after every batch with the uninterrupted run's. The
 cases cover, between them, Woodbury rows and Gram rows pending at a snapshot, bulk rows,
-correction steps with secant pairs, exact passes (anchors), a budget retrain, DecoRemoval's
-re-weighting, and the torch head.
+correction steps with secant pairs, exact passes (anchors), a budget retrain, the Hessian
+rebuilt at a moved reference point (``head.rereference_after``), DecoRemoval's re-weighting,
+and the torch head.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ CASES = {
     ),
     "cr-woodbury": Case(["method=cr"], 4, 30, ("woodbury", "gram", "anchored")),
     "decoremoval": Case([*LARGE, "head.epsilon=0.2"], 100, 22, ("corrections", "retrain")),
+    "rereference": Case(
+        [*TIGHT, "method=cr", "head.rereference_after=3"], 100, 16, ("rebuilt", "corrections")
+    ),
     "torch": Case(
         [*TIGHT, "method=cr", "head.backend=torch"], 100, 12, ("bulk", "corrections", "pairs")
     ),
@@ -81,6 +85,7 @@ def exercised(fed: Federation, report: Any) -> set[str]:
         seen |= {"corrections"} if report.corrections else set()
         seen |= {"anchored"} if report.anchored else set()
         seen |= {"retrain"} if report.retrain_reason == "budget" else set()
+        seen |= {"rebuilt"} if "reference" in report.timings else set()
     return seen
 
 

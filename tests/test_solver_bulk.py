@@ -207,3 +207,54 @@ def test_on_the_gpu_path_a_cheap_fold_is_preferred(
     np.testing.assert_allclose(step, exact, rtol=1e-4, atol=1e-8)
     assert solver.bulk_rows == (23 if above else 0)
     assert solver.factorisations == (1 if above else 2)
+
+
+def test_small_batches_fold_the_bulk_once_they_paid_for_it() -> None:
+    """After a large batch, the conjugate-gradient steps of small batches' solves against the
+    bulk add up; once they reach ``bulk_rent`` the next small batch folds the bulk (the
+    matrices stay the exact ones), and later solves need no conjugate gradients. Steps of a
+    large batch's solves are no rent."""
+    rng = np.random.default_rng(7)
+    H = spd(rng)
+    solver = HessianSolver(H, max_pending_rows=8, bulk_rent=6)
+    target = H.copy()
+    rows, coef = batch(rng, 30)
+    solver.downdate_rows(rows, coef, diagonal=0.05)
+    target = downdated(target, rows, coef, 0.05)
+    assert solver.solve(rng.normal(size=(D, K)), floor=1.0).refinements > 0
+    assert solver._bulk_rent_paid == 0  # a large batch's own solve
+    paid = []
+    while solver.bulk_rows:
+        rows, coef = batch(rng, 1)
+        solver.downdate_rows(rows, coef, diagonal=0.01)
+        target = downdated(target, rows, coef, 0.01)
+        res = solver.solve(rng.normal(size=(D, K)), floor=1.0)
+        paid.append(solver._bulk_rent_paid)
+        assert len(paid) < 20
+    assert paid[-2] >= 6 and all(p < 6 for p in paid[:-2])  # folded at the first batch after
+    assert res.refinements <= 1 and solver.factorisations == 2
+    np.testing.assert_allclose(solver.hessians, target, atol=1e-10)
+
+
+def test_restore_keeps_the_bulk_rent() -> None:
+    """A solver restored between two small batches folds at the same batch, bit for bit."""
+    rng = np.random.default_rng(8)
+    solver = HessianSolver(spd(rng), max_pending_rows=8, bulk_rent=6)
+    solver.downdate_rows(*batch(rng, 30))
+    solver.solve(rng.normal(size=(D, K)))
+    while solver._bulk_rent_paid == 0:
+        solver.downdate_rows(*batch(rng, 1))
+        solver.solve(rng.normal(size=(D, K)))
+    twin = HessianSolver(spd(np.random.default_rng(99)), max_pending_rows=8, bulk_rent=6)
+    twin.load_state_dict(solver.state_dict())
+    copied = pickle.loads(pickle.dumps(solver))
+    for _ in range(12):
+        rows, coef = batch(rng, 1)
+        g = rng.normal(size=(D, K))
+        for one in (solver, twin, copied):
+            one.downdate_rows(rows, coef)
+        expected = solver.solve(g).step
+        for other in (twin, copied):
+            np.testing.assert_array_equal(other.solve(g).step, expected)
+            assert other.bulk_rows == solver.bulk_rows
+    assert solver.bulk_rows == 0

@@ -19,7 +19,8 @@ accounting after every step, under ``anchored`` right after an anchor (training 
 pass); otherwise it is bounded by the charge so far. The aggregate Hessian is kept at a
 reference head ``W_ref`` and downdated by the removed rows and the weight changes, both
 evaluated at ``W_ref``; it is rebuilt over all retained rows only at (re)training, on
-``refresh_every`` or in ``hessian_mode="rebuild"`` (the naive reference path).
+``refresh_every``, after ``rereference_after`` exact passes, or in ``hessian_mode="rebuild"``
+(the naive reference path).
 """
 
 from __future__ import annotations
@@ -74,10 +75,14 @@ from simulator.head.training import (
 from simulator.threads import all_blas_threads, single_threaded_blas
 
 FloatArray = NDArray[np.float64]
-#: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``).
+#: Batches up to this size run their O(d^2) kernels single-threaded (see ``threads.py``),
+#: unless the solver holds bulk rows: its conjugate-gradient steps then read every bulk row
+#: (80 MB at 10,000 rows of d = 1,024), and one thread took 206 ms for a 27-row batch's solve
+#: that two threads did in 120 ms (the Kafka stream benchmark's last batch).
 SMALL_BATCH = 64
-#: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``; 3: ``pairs``).
-STATE_VERSION = 3
+#: Version of :meth:`CertifiedHead.state_dict`'s layout (2: ``anchor_fresh``; 3: ``pairs``;
+#: 4: ``reference_passes``).
+STATE_VERSION = 4
 #: Correction steps bring a measured residual below this share of the budget
 #: (:meth:`CertifiedHead._correct`). The whole budget: the released head's gradient is known,
 #: so the next step corrects it and its charge starts afresh (the anchor's proof,
@@ -198,6 +203,9 @@ class CertifiedHead:
     #: allowance, :func:`~simulator.head.certificate.gram_rounding`); 0 in a head pickled
     #: before it was kept, which :meth:`load_state_dict` reads as unknown
     _gram_rows: int = 0
+    #: exact passes (anchors, correction steps) since the Hessian was last built at the head
+    #: (:meth:`_refresh_if_due`); 0 in a head pickled before it was kept
+    _reference_passes: int = 0
 
     def __init__(self, data: HeadData, config: HeadConfig, *, rng: np.random.Generator) -> None:
         self.data = data
@@ -275,6 +283,7 @@ class CertifiedHead:
             "spectral": float(self._spectral),
             "gram_rows": int(self._gram_rows),
             "since_refresh": int(self._since_refresh),
+            "reference_passes": int(self._reference_passes),
             "warm_start_ok": bool(self._warm_start_ok),
             "model_version": int(self.model_version),
             "retrains": int(self.retrains),
@@ -320,6 +329,7 @@ class CertifiedHead:
         # restore builds the head on its data before loading the state)
         self._gram_rows = int(state.get("gram_rows", 0)) or self._gram_rows
         self._since_refresh = int(state["since_refresh"])
+        self._reference_passes = int(state.get("reference_passes", 0))  # 0 before version 4
         self._warm_start_ok = bool(state["warm_start_ok"])
         self.model_version = int(state["model_version"])
         self.retrains = int(state["retrains"])
@@ -441,6 +451,7 @@ class CertifiedHead:
         self._within_budget(reason)
         self._anchor_fresh = True
         self._since_refresh = 0
+        self._reference_passes = 0
         self._warm_start_ok = True
         self.model_version += 1
         self.last_fit_reason = reason
@@ -501,6 +512,7 @@ class CertifiedHead:
         self._carried = bk.zeros((d, k))
         self._anchor_fresh = False
         self._since_refresh = 0
+        self._reference_passes = 0
         self._warm_start_ok = False  # the identity is no preconditioner: train cold
         self.model_version += 1
         self.last_fit_reason = f"{reason} (no rows left: head reset to zero)"
@@ -523,6 +535,7 @@ class CertifiedHead:
         self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
         self._W_ref = self._bk.copy(self._W)
         self._since_refresh = 0
+        self._reference_passes = 0
 
     # ---------------------------------------------------------------- removal
     @_kernels_only
@@ -554,14 +567,14 @@ class CertifiedHead:
                 self._downdate(delta, len(ids))
             return self._retrained(ids, "method", t0)
         # a GPU head's kernels run on the device: the host's thread pools stay as they are
-        small = len(ids) <= SMALL_BATCH and self._bk.device == "cpu"
+        small = len(ids) <= SMALL_BATCH and self._bk.device == "cpu" and not self._solver.bulk_rows
         with single_threaded_blas(small):
             return self._remove(ids, t0)
 
     def _remove(self, ids: list[int], t0: float) -> RemovalReport:
         """One certified Newton step for the batch ``ids``, or a retrain past the budget."""
-        self._refresh_if_due()
         timings: dict[str, float] = {}
+        self._refresh_if_due(timings)
         with _timed(timings, "statistics"):
             delta = _moved(self.data.delete(ids, W=self._W, W_ref=self._W_ref), self._bk)
         retained = self.data.retained_count
@@ -695,12 +708,29 @@ class CertifiedHead:
         pairs = tuple(anderson.differences(heads, gradients)[::-1][: anderson.PAIRS])
         return dataclasses.replace(best, corrections=passes, pairs=pairs)
 
-    def _refresh_if_due(self) -> None:
-        """Rebuild the incremental Hessian every ``refresh_every`` removals (0: never)."""
+    def _refresh_if_due(self, timings: dict[str, float]) -> None:
+        """Rebuild the Hessian at the current head where due (timed as ``reference``).
+
+        Due every ``refresh_every`` removals, and once ``rereference_after`` exact passes were
+        made since the last build (0: never).
+
+        The Newton steps solve with the Hessian at the reference point ``W_ref`` and the
+        bounds charge the gap ``||X' (W_ref - W)||`` (``certificate.py``). A purge or a client
+        withdrawal moves the head far from it: the Newton step is then less exact, the tight
+        bound of every later removal carries the gap, and nearly every removal needs an exact
+        pass (an anchor, often with a correction step). A rebuild costs one pass over the rows
+        that forms K d x d products, about as much as ``rereference_after`` exact passes where
+        that is set as ``docs/certified-head.md`` says; rebuilding once the passes since the
+        last build have cost as much (the rent-or-buy rule) never costs more than twice the
+        better of the two choices made in hindsight. The rule counts passes, not seconds, so
+        every run and every replay after a crash decides the same.
+        """
         cfg = self.config
-        due = cfg.refresh_every and self._since_refresh >= cfg.refresh_every
-        if cfg.hessian_mode == "incremental" and due:
-            self._refresh()
+        periodic = cfg.refresh_every and self._since_refresh >= cfg.refresh_every
+        moved = cfg.rereference_after and self._reference_passes >= cfg.rereference_after
+        if cfg.hessian_mode == "incremental" and (periodic or moved):
+            with _timed(timings, "reference"):
+                self._refresh()
 
     def _newton_step(self, delta: DeletionStatistics, m: int) -> tuple[SolveResult, Array]:
         """Bring the Hessian to the retained rows and solve for the step to the new optimum.
@@ -855,6 +885,9 @@ class CertifiedHead:
         self._anchor_fresh = release.gradient is not None
         if release.gradient is not None:
             self._carried = release.gradient
+        # the passes a stale reference point costs: anchors and correction steps
+        anchored = RULES[self.config.accounting].anchors and release.gradient is not None
+        self._reference_passes += int(anchored) + release.corrections
         if release.pairs:
             self._pairs = release.pairs
         return None

@@ -58,6 +58,10 @@ class HeadConfig:
     head is in hand and its residual is above the budget (``anchored`` at an anchor,
     ``exact`` after every removal): ``w <- w - H_ref'^{-1} grad L'(w)``, each measured by one
     more exact pass, before a retrain is considered (0: retrain at once, the earlier behaviour).
+    ``refresh_every`` rebuilds the Hessian over the retained rows at the current head every N
+    removals, and ``rereference_after`` once N exact passes (anchors and correction steps) have
+    been made since it was last built (0: never): both move the reference point ``W_ref`` to
+    the released head (:meth:`~simulator.head.certified.CertifiedHead._refresh_if_due`).
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
     ``warm`` (default) from the current head with the removal solver's Hessian as
     preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
@@ -75,6 +79,7 @@ class HeadConfig:
     accounting: Accounting = "anchored"
     tol: float = 1e-8
     refresh_every: int = 0
+    rereference_after: int = 0
     correction_steps: int = 8
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
@@ -98,7 +103,7 @@ class HeadConfig:
         from simulator.head.backend import resolve
 
         resolve(self.device, self.backend)  # raises ConfigError on a bad combination
-        for name in ("refresh_every", "correction_steps"):
+        for name in ("refresh_every", "rereference_after", "correction_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError("must be >= 0", f"head.{name}")
 

@@ -243,12 +243,22 @@ class HeadSpec(Section):
         default=1e-8, description="Gradient-norm tolerance of head training."
     )
     refresh_every: Iterations = Field(
-        default=0, description="Retrain the head every N deletion batches (0 = only on budget)."
+        default=0,
+        description="Rebuild the Hessian over the retained rows at the current head every N "
+        "deletion batches, moving the reference point there (0 = never; no retrain).",
+    )
+    rereference_after: Iterations = Field(
+        default=0,
+        description="Rebuild the Hessian at the released head once N exact passes (anchors and "
+        "correction steps) were made since it was last built: after a purge or a withdrawal "
+        "moved the head away from its reference point, later removals then need far fewer "
+        "exact passes. One rebuild costs about as much as N passes for N ~ d / 13 on a CPU "
+        "(docs/certified-head.md); 0 = never.",
     )
     correction_steps: Iterations = Field(
         default=8,
         description="Where the exact gradient of a new head is known and its residual is above "
-        "half the budget (anchored: at an anchor; exact: every removal), take up to N Newton "
+        "the budget (anchored: at an anchor; exact: every removal), take up to N Newton "
         "steps on that gradient, each measured by one exact pass, before retraining (0 = "
         "retrain at once).",
     )
