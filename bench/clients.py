@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from federation import overrides as federation_overrides
 from provenance import provenance
 from rich.console import Console
 from rich.table import Table
@@ -70,20 +71,9 @@ KINDS = {"all-clients": "head.report_exact=true", "owners": "head.report_exact=f
 
 
 def overrides(clients: int, kind: str) -> list[str]:
-    """The scenario overrides of one run (``federation_tiny`` scaled to ``clients``)."""
-    return [
-        f"partition.num_clients={clients}",
-        f"data.synthetic.n_train={ROWS_PER_CLIENT * clients}",
-        "stream.phases.0.target.kind=random",
-        "stream.phases.0.target.client=null",
-        "stream.phases.0.ticks=8",
-        "stream.phases.0.rate=3",
-        "stream.phases.0.samples_per_request=1",
-        "evaluation.checkpoints=[]",
-        "evaluation.attacks=[]",
-        "evaluation.detectors=[]",
-        KINDS[kind],
-    ]
+    """The scenario overrides of one run (``federation_tiny`` scaled to ``clients``, as
+    ``bench/federation.py`` runs it, with ``ROWS_PER_CLIENT`` rows each)."""
+    return [*federation_overrides(clients, ROWS_PER_CLIENT), KINDS[kind]]
 
 
 # ---------------------------------------------------------------------------- memory

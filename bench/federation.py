@@ -57,10 +57,12 @@ RESULTS = ROOT / "bench" / "results"
 RUNS = ROOT / "runs" / "bench-federation"  # run folders (not committed)
 
 
-def overrides(clients: int) -> list[str]:
+def overrides(clients: int, rows_per_client: int = 100) -> list[str]:
+    """``federation_tiny`` scaled to ``clients`` IID clients of ``rows_per_client`` rows, its
+    stream as single-sample requests spread over all clients, no evaluation beyond utility."""
     return [
         f"partition.num_clients={clients}",
-        f"data.synthetic.n_train={100 * clients}",
+        f"data.synthetic.n_train={rows_per_client * clients}",
         "stream.phases.0.target.kind=random",
         "stream.phases.0.target.client=null",
         "stream.phases.0.ticks=8",

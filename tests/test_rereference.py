@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from support.heads import planted_problem
 
+from simulator.errors import ConfigError
 from simulator.head import CertifiedHead, HeadConfig, LocalHeadData, RemovalReport
 from simulator.head.logistic import StatisticsRequest, objective_hessian
 from simulator.head.training import statistics_in
@@ -109,9 +110,6 @@ def test_pass_count_survives_a_restore() -> None:
     assert np.array_equal(head.W, twin.W)
 
 
-@pytest.mark.parametrize("value", [-1])
-def test_negative_setting_is_refused(value: int) -> None:
-    from simulator.errors import ConfigError
-
+def test_negative_setting_is_refused() -> None:
     with pytest.raises(ConfigError, match="rereference_after"):
-        HeadConfig(rereference_after=value)
+        HeadConfig(rereference_after=-1)
