@@ -2,8 +2,9 @@
 
 Reads what the steps of ``bench/gpu`` wrote in OUT (``device.txt``, ``removal.json``,
 ``removal-stream.json``, ``stream.json``, ``removal-tall.json``, ``removal-wide.json``, each
-step's log) and writes
-``OUT/gpu.json``; prints a table. A step that failed or ran out of time is reported with the
+step's log, and where the optional steps ran, the headline of ``stream-tall.json`` and the
+points of ``scale.json``, which stay files of their own) and writes ``OUT/gpu.json``; prints a
+table. A step that failed or ran out of time is reported with the
 end of its log instead of figures.
 
 Targets (issue 27, the benchmark workload with the default charge ``anchored``): >= 400 single
@@ -92,6 +93,14 @@ def main() -> None:
     nosnap = load(out, "stream-nosnap.json")
     if nosnap is not None:
         figures["kafka_p99_seconds_without_snapshots"] = nosnap.get("latency_p99_seconds")
+    tall_stream = load(out, "stream-tall.json")
+    if tall_stream is not None:
+        figures["kafka_tall_p99_seconds"] = tall_stream.get("latency_p99_seconds")
+        figures["kafka_tall_consumer_peak_rss_gb"] = tall_stream.get("consumer_peak_rss_gb")
+        figures["kafka_tall_gpu_memory_peak_gb"] = tall_stream.get("gpu_memory_used_peak_gb")
+    scale = load(out, "scale.json")
+    if scale is not None:
+        figures["scale_points"] = len(scale.get("points", []))
     body = {
         "device": device.splitlines(),
         "device_name": None if removal is None else removal.get("device_name"),
@@ -107,7 +116,17 @@ def main() -> None:
         "wide": load(out, "removal-wide.json"),
         "logs": {
             s: log_tail(out, s)
-            for s in ("tests", "removal", "stream", "kafka", "kafka-nosnap", "tall", "wide")
+            for s in (
+                "tests",
+                "removal",
+                "stream",
+                "kafka",
+                "kafka-nosnap",
+                "tall",
+                "wide",
+                "scale",
+                "kafka-tall",
+            )
         },
     }
     body = {"provenance": provenance(body["device_name"]), **body}

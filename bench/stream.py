@@ -471,7 +471,11 @@ def main() -> None:
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    table = Table(title="Kafka deletion stream (10 clients, quickstart data)")
+    shown = load_scenario(args.scenario, overrides=overrides(args.n_train[0], args.requests, args))
+    table = Table(
+        title=f"Kafka deletion stream: {shown.name}, {shown.partition.num_clients} clients, "
+        f"{shown.data.source} data"
+    )
     columns = ["mode", "n_train", "requests", "req/s", "p50 s", "p99 s", "batches", "retrains"]
     for col in [*columns, "RSS GB", "GPU GB"]:
         table.add_column(col, justify="right")

@@ -61,6 +61,7 @@ def test_quick_profile_runs_the_mnist_comparison_end_to_end(
     assert main(["compare", "summary", str(out), str(tmp_path / "missing")]) == 0
     summary = capsys.readouterr().out
     assert "| quick | 30 | 2 | noise |" in summary and "| DR-x |" in summary
+    assert "| p (Holm) | verdict |" in summary  # the verdict reads the adjusted p
 
 
 def test_regimes_are_named_overrides(tmp_path: Path) -> None:

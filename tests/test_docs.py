@@ -9,7 +9,8 @@
   number before it is that value of ``bench/results/FILE`` to the digits shown (a value in
   seconds shown in ms is scaled, a ratio shown in % too); a timing or rate in the README's prose
   without a marker fails;
-* docs/benchmarks.md is the render of ``bench/results/`` (``bench/render_benchmarks.py``);
+* docs/benchmarks.md is the render of ``bench/results/`` (``bench/render_benchmarks.py``), and
+  docs/comparison.md's verdict table that of ``results/`` (``scripts/verdict_table.py``);
 * no page tells its history (words of the build's own story, internal issue numbers).
 
 Nothing here writes into the checkout: the render is compared as a string.
@@ -274,6 +275,40 @@ def test_the_render_follows_the_results(tmp_path: Path) -> None:
     (results / "stream-cpu.json").write_text(json.dumps(stream))
     render = renderer().render
     assert "| 9.87 s | <= 1 s |" in render(results) and render(results) != render()
+
+
+# --- the comparison's verdict table -----------------------------------------------------------
+
+
+def verdict_table() -> ModuleType:
+    """``scripts/verdict_table.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(
+        "verdict_table", ROOT / "scripts" / "verdict_table.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_comparison_verdicts_are_the_results() -> None:
+    page = (ROOT / "docs" / "comparison.md").read_text(encoding="utf-8")
+    assert verdict_table().START in page
+    assert page == verdict_table().updated(page), "run: python scripts/verdict_table.py"
+
+
+def test_the_verdict_table_follows_the_results(tmp_path: Path) -> None:
+    module = verdict_table()
+    results = tmp_path / "results"
+    for name in module.FOLDERS:
+        (results / name).mkdir(parents=True)
+        shutil.copy(ROOT / "results" / name / "verdict.csv", results / name)
+    path = results / "compare_fashion10" / "verdict.csv"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("no difference", "CR better"), encoding="utf-8")
+    page = (ROOT / "docs" / "comparison.md").read_text(encoding="utf-8")
+    new = module.updated(page, results)
+    assert new != page and "| CR better |" in new and "| CR better |" not in page
 
 
 # --- no history ------------------------------------------------------------------------------

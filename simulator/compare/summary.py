@@ -3,7 +3,9 @@
 Reads every folder's ``verdict.csv`` (written by :func:`simulator.compare.write_comparison`)
 and lays out, for one metric kind (``acc`` or ``f1``) at each folder's last removal count, one
 row per (folder, DecoRemoval variant, split): CR and DR mean ± std over seeds, the paired
-difference with its 95% t interval, and the verdict. ``unlearnsim compare summary FOLDER...``
+difference with its 95% t interval, the test's own p value, the p value Holm-adjusted over every
+test of the folder's ``verdict.csv`` (what the verdict reads, :mod:`simulator.compare.verdict`),
+and the verdict. ``unlearnsim compare summary FOLDER...``
 prints it.
 """
 
@@ -21,6 +23,11 @@ def _f(text: str) -> float:
     return float(text) if text else float("nan")
 
 
+def _p(text: str | None) -> str:
+    value = _f(text or "")
+    return "n/a" if not math.isfinite(value) else f"{value:.3g}"
+
+
 def summary_markdown(folders: Sequence[Path], kind: str = "acc") -> str:
     """The Markdown table (see the module docstring); folders without a verdict are skipped."""
     scale, digits = (100.0, 1) if kind == "acc" else (1.0, 3)
@@ -36,8 +43,9 @@ def summary_markdown(folders: Sequence[Path], kind: str = "acc") -> str:
         return "n/a" if not math.isfinite(v) else f"{v * scale:+.{digits + 1}f}"
 
     lines = [
-        "| data | removed | seeds | split | CR | DR variant | DR | DR - CR [95% CI] | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| data | removed | seeds | split | CR | DR variant | DR | DR - CR [95% CI, this test] | p "
+        "| p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for folder in folders:
         path = folder / "verdict.csv"
@@ -55,6 +63,6 @@ def summary_markdown(folders: Sequence[Path], kind: str = "acc") -> str:
                 f"| {pm(_f(r['mean_base']), _f(r['std_base']))} | {label(r['method'])} "
                 f"| {pm(_f(r['mean_method']), _f(r['std_method']))} "
                 f"| {signed(_f(r['diff']))} [{signed(_f(r['t_low']))}, {signed(_f(r['t_high']))}] "
-                f"| {r['verdict']} |"
+                f"| {_p(r['p_value'])} | {_p(r.get('p_holm'))} | {r['verdict']} |"
             )
     return "\n".join(lines) + "\n"
