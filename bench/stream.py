@@ -36,6 +36,7 @@ Usage: ``python bench/stream.py [--n-train 20000] [--requests 12000] [--rate 100
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -376,6 +378,22 @@ def meets(drain: dict[str, Any], paced: dict[str, Any]) -> bool:
     )
 
 
+@contextlib.contextmanager
+def busy_cores(count: int) -> Iterator[None]:
+    """``count`` processes that each keep one core busy (a slower host, emulated), stopped by PID.
+
+    They start before the host's speed is measured (:func:`provenance`), so the recorded
+    GFLOP/s is what the benchmark had.
+    """
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
@@ -412,8 +430,18 @@ def main() -> None:
         "and overrides, else the consumer refuses it and builds), written after a build",
     )  # fmt: skip
     p.add_argument("--receipt-timeout", type=float, default=120.0, help="seconds to wait")
+    p.add_argument(
+        "--busy-cores", type=int, default=0,
+        help="keep N cores busy with other processes during the runs: a slower or shared host",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "stream-cpu.json")
     args = p.parse_args()
+    with busy_cores(args.busy_cores):
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    """Every run of ``args`` (paced, drain, restart), the JSON and the table."""
     head_device = load_scenario(args.scenario, overrides=args.set).head.device
     origin = provenance(None if head_device == "cpu" else device_name(head_device))
     console = Console()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -217,7 +216,6 @@ def test_decoremoval_heads_are_refitted_with_its_cold_weights(
 def test_compare_audit_end_to_end(tmp_path: Path) -> None:
     scenario = quick_survey("head.accounting=anchored")
     seeds = [scenario.seed, scenario.seed + 1]
-    started = time.perf_counter()
     comparison = run_comparison(
         lambda seed: build_workload(scenario, seed, checkpoints=[10, 30]),
         ["retrain", "cr", "sisa"],
@@ -225,8 +223,6 @@ def test_compare_audit_end_to_end(tmp_path: Path) -> None:
         options={"sisa": {"slices": 2}},
         audit=AuditConfig(references=4),
     )
-    seconds = time.perf_counter() - started
-    assert seconds < 120, f"the tiny audited comparison took {seconds:.0f} s"
     assert comparison.audit_skipped == ("sisa",)
     files = write_comparison(comparison, tmp_path, command="unlearnsim compare run ...", plots=True)
     body = json.loads(files["audit"].read_text())

@@ -36,6 +36,22 @@ def test_federated_head_equals_centralised_head() -> None:
     assert fed.data.clients[0].retained_count == len(parts[0])
 
 
+def test_the_federation_answers_some_columns_as_the_rows_do() -> None:
+    """The clients' sum of a request for some columns (a rebuild of the classes that moved)
+    is those columns of the whole rows' answer."""
+    X, y = planted_problem(300, 6, 3, seed=4)
+    parts = np.array_split(np.random.default_rng(0).permutation(300), 4)
+    W = np.random.default_rng(1).normal(size=(6, 3))
+    request = StatisticsRequest(W, hessian=True, hessian_at=0.5 * W, columns=(1,))
+    part = federation(X, y, 3, parts).statistics(request)
+    whole = LocalHeadData(X, y, 3).statistics(
+        StatisticsRequest(W, hessian=True, hessian_at=0.5 * W)
+    )
+    np.testing.assert_allclose(part.gradient, whole.gradient[:, [1]], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(part.hessian, whole.hessian[[1]], rtol=1e-10, atol=1e-12)
+    assert part.count == whole.count == 300
+
+
 def test_unknown_and_unowned_ids_are_rejected_without_change() -> None:
     X, y = planted_problem(60, 4, 2, seed=1)
     parts = [np.arange(0, 30), np.arange(30, 50)]  # rows 50..59 belong to nobody

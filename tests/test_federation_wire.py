@@ -61,6 +61,39 @@ def test_request_round_trip(hessian_at: bool) -> None:
         np.testing.assert_array_equal(back.hessian_at, ref)
 
 
+@pytest.mark.parametrize("hessian_at", [False, True])
+def test_some_columns_are_those_columns_of_the_whole_answer(hessian_at: bool) -> None:
+    """A request for some columns (a rebuild of the classes that moved) crosses the wire, and
+    the client's answer is exactly those columns of its answer for all of them."""
+    c, _ = client()
+    rng = np.random.default_rng(3)
+    W, ref = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    at = ref if hessian_at else None
+    request = StatisticsRequest(W, hessian=True, hessian_at=at, columns=(2, 0))
+    back = decode_request(*encode_request(request))
+    assert back.columns == (2, 0)
+    part, whole = (
+        c.statistics(back),
+        c.statistics(StatisticsRequest(W, hessian=True, hessian_at=at)),
+    )
+    np.testing.assert_allclose(part.loss, whole.loss[[2, 0]], rtol=1e-12)
+    np.testing.assert_allclose(part.gradient, whole.gradient[:, [2, 0]], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(part.hessian, whole.hessian[[2, 0]], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("columns", [(), (0, 0), (3,), (-1,)])
+def test_columns_that_are_not_the_heads_are_refused(columns: tuple[int, ...]) -> None:
+    with pytest.raises(InputError, match="columns"):
+        StatisticsRequest(np.zeros((6, 3)), hessian=True, columns=columns)
+
+
+def test_garbage_columns_on_the_wire_are_refused() -> None:
+    flags, heads = encode_request(StatisticsRequest(np.zeros((6, 3)), hessian=True))
+    for bad in (np.array([[0, 1]]), np.array([0.5]), np.array([7])):
+        with pytest.raises(InputError, match="columns"):
+            decode_request(flags, {**heads, "columns": bad})
+
+
 def test_scalars_survive_an_added_dimension() -> None:
     c, _ = client()
     arrays = encode_statistics(c.statistics(StatisticsRequest(np.zeros((6, 3)))))

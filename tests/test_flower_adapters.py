@@ -98,6 +98,22 @@ def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path)
     assert not [k for k in grid.sent if k[1] == "query.weights"]
 
 
+def test_a_rebuild_of_the_classes_that_moved_crosses_flower(tmp_path: Path) -> None:
+    """``head.rereference_after`` asks the clients for some classes' Hessians (a column
+    selection on the wire and in the statistics cache's key): the same head and receipts as
+    in process."""
+    # four classes and a small budget: exact passes, then rebuilds of two or three classes
+    overrides = [*LONGER, "head.rereference_after=1", "head.epsilon=0.05"]
+    overrides.append("data.synthetic.n_classes=4")
+    here = inprocess(tmp_path / "inprocess", overrides)
+    out = loopback(tmp_path / "flower", overrides, LoopbackGrid(3))
+    rebuilt = [e for e in lines(here / "events.jsonl") if "rereference" in (e.get("timings") or {})]
+    assert rebuilt, "no rebuild happened: the test checks nothing"
+    a, b = np.load(here / "head.npz"), np.load(out / "head.npz")
+    np.testing.assert_array_equal(a["W"], b["W"])
+    assert (here / "receipts.jsonl").read_text() == (out / "receipts.jsonl").read_text()
+
+
 def test_a_deletion_batch_is_one_round_trip_unless_the_exact_residual_is_needed(
     tmp_path: Path,
 ) -> None:

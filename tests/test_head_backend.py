@@ -67,6 +67,29 @@ def test_torch_cold_retrain_and_rebuild_path_match_numpy(monkeypatch: pytest.Mon
     run_stream(ref, other)
 
 
+def test_torch_rebuilds_of_the_classes_that_moved_match_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The torch code (the GPU's path) rebuilds the same classes' Hessians at the same
+    removals as numpy (``head.rereference_after``), and every report and head matches."""
+    monkeypatch.setenv(GPU_PATH_VARIABLE, "1")
+    same_algorithm(monkeypatch)
+    ref, other = twin_heads("torch", accounting="anchored", sigma=0.3, lam=1e-2,
+                            rereference_after=1)  # fmt: skip
+    rebuilt: dict[int, list[tuple[int, ...] | None]] = {id(ref): [], id(other): []}
+    refresh = CertifiedHead._refresh
+
+    def recording(head: CertifiedHead, classes: tuple[int, ...] | None = None) -> None:
+        rebuilt[id(head)].append(classes)
+        refresh(head, classes)
+
+    monkeypatch.setattr(CertifiedHead, "_refresh", recording)
+    run_stream(ref, other)
+    assert rebuilt[id(ref)] == rebuilt[id(other)]
+    assert any(c is not None and len(c) < 4 for c in rebuilt[id(ref)]), rebuilt
+    np.testing.assert_allclose(np.asarray(other._W_ref), ref._W_ref, rtol=RTOL, atol=1e-12)
+
+
 def test_numpy_head_on_torch_rows_and_back() -> None:
     """Data and head may sit on different backends: statistics move at the boundary."""
     X, y = planted_problem(200, 6, 3, seed=1)

@@ -2,11 +2,13 @@
 
 A class purge moves the head far from the point ``W_ref`` where the Hessian was built; every
 later removal then charges the gap ``||X'(W_ref - W)||`` and most need an exact pass. With
-``rereference_after = N`` the Hessian is rebuilt at the released head once N exact passes
-(anchors and correction steps) were made since the last build. The tests check that the
-rebuilt Hessian is the retained rows' Hessian at the new reference point (kept so by later
-downdates), that it cuts the exact passes after a purge while every charge still covers the
-exact residual, and that the count survives a restore.
+``rereference_after = N`` the Hessians of the classes that hold most of the gap are rebuilt at
+the released head once the exact passes (anchors and correction steps) made since the last
+build reach ``N s / K`` for ``s`` of the K classes. The tests check that the rebuilt Hessians
+are the retained rows' Hessians at the new reference point of each class (kept so by later
+downdates), that only the classes that moved are rebuilt, that it cuts the exact passes after
+a purge while every charge still covers the exact residual, and that the count survives a
+restore.
 """
 
 from __future__ import annotations
@@ -57,18 +59,59 @@ def fresh_hessians(head: CertifiedHead) -> np.ndarray:
 
 def test_rebuilt_hessian_is_the_one_at_the_new_reference() -> None:
     """After a rebuild, and after the removals that follow it, the solver's Hessians are the
-    retained rows' Hessians at ``W_ref``, and ``W_ref`` is a head that was released."""
+    retained rows' Hessians at ``W_ref``, column by column: the rebuilt classes' reference is
+    the head released before the rebuild, the others' stays where it was."""
     head, ids = purged_head(rereference_after=2)
     released = [head.W]
-    rebuilt = 0
+    rebuilt: set[int] = set()
     for i in ids[:30]:
+        before = np.asarray(head._W_ref).copy()
         report = head.remove([i])
-        if "reference" in report.timings:
-            rebuilt += 1
-            assert np.array_equal(np.asarray(head._W_ref), released[-1])
+        if "rereference" in report.timings:
+            W_ref = np.asarray(head._W_ref)
+            moved = {c for c in range(K) if not np.array_equal(W_ref[:, c], before[:, c])}
+            assert moved, "a rebuild moved no reference point"
+            for c in range(K):
+                expected = released[-1] if c in moved else before
+                assert np.array_equal(W_ref[:, c], expected[:, c])
+            rebuilt |= moved
         released.append(head.W)
         assert np.allclose(np.asarray(head._solver.hessians), fresh_hessians(head), atol=1e-9)
-    assert rebuilt >= 1
+    assert 0 in rebuilt  # the purged class moved most
+
+
+def test_only_the_classes_that_moved_are_rebuilt() -> None:
+    """The rebuild asks the rows for the Hessians of the classes that hold
+    ``REREFERENCE_SHARE`` of the squared gap, fewest first, and no others."""
+    head, ids = purged_head(rereference_after=K)  # one pass per class rebuilt
+    gaps = np.asarray(head._gram.quadratic(head._W_ref - head._W))
+    order = np.argsort(-gaps)
+    share = np.cumsum(gaps[order]) / gaps.sum()
+    expected = tuple(sorted(int(c) for c in order[: int(np.searchsorted(share, 0.8)) + 1]))
+    assert head._moved_classes() == expected and len(expected) < K
+    asked: list[tuple[int, ...] | None] = []
+    statistics = head.data.statistics
+
+    def recording(request: StatisticsRequest) -> object:
+        if request.hessian:
+            asked.append(request.columns)
+        return statistics(request)
+
+    head.data.statistics = recording  # type: ignore[method-assign]
+    head._reference_passes = len(expected)  # due for these classes, not for all
+    report = head.remove([ids[0]])
+    assert "rereference" in report.timings and asked == [expected]
+    assert np.allclose(np.asarray(head._solver.hessians), fresh_hessians(head), atol=1e-9)
+
+
+def test_a_head_at_its_reference_rebuilds_nothing() -> None:
+    """No gap, no rebuild: the pass count starts again instead."""
+    head, ids = purged_head(rereference_after=1)
+    head._refresh()  # every class at the head
+    assert head._moved_classes() == ()
+    head._reference_passes = 5
+    head._refresh_if_due({})
+    assert head._reference_passes == 0
 
 
 def test_rereference_cuts_exact_passes_after_a_purge() -> None:
@@ -83,7 +126,7 @@ def test_rereference_cuts_exact_passes_after_a_purge() -> None:
             assert not report.retrained
             assert report.cumulative >= head.exact_residual() * (1 - 1e-9)
             total += passes(report)
-            rebuilds += "reference" in report.timings
+            rebuilds += "rereference" in report.timings
         counts[after] = (total, rebuilds)
     (without, none), (with_, rebuilds) = counts[0], counts[2]
     assert none == 0 and rebuilds >= 1
@@ -105,7 +148,7 @@ def test_pass_count_survives_a_restore() -> None:
     assert twin._reference_passes == head._reference_passes
     for i in ids[done : done + 30]:
         a, b = head.remove([i]), twin.remove([i])
-        assert ("reference" in a.timings) == ("reference" in b.timings)
+        assert ("rereference" in a.timings) == ("rereference" in b.timings)
         assert a.cumulative == b.cumulative
     assert np.array_equal(head.W, twin.W)
 

@@ -85,7 +85,7 @@ def exercised(fed: Federation, report: Any) -> set[str]:
         seen |= {"corrections"} if report.corrections else set()
         seen |= {"anchored"} if report.anchored else set()
         seen |= {"retrain"} if report.retrain_reason == "budget" else set()
-        seen |= {"rebuilt"} if "reference" in report.timings else set()
+        seen |= {"rebuilt"} if "rereference" in report.timings else set()
     return seen
 
 

@@ -217,7 +217,7 @@ class FlowerFanout:
         dict
             Client id -> its :class:`ShardStatistics`.
         """
-        key = head_key(request.W, request.hessian_at)
+        key = head_key(request.W, request.hessian_at, request.columns)
         # the cache may ask for more than the caller did (the Hessian, to serve a later call)
         asked = replace(request, hessian=self.cache.ask_hessian(request.hessian))
         out: dict[int, ShardStatistics] = {}

@@ -5,7 +5,8 @@ asks, per Newton iteration, for the loss at a trial head and then for the Hessia
 head once the trial is accepted (``simulator/head/training.py``); after training, the removal
 machinery asks for the gradient at the final head again. So:
 
-* answers are cached per client, keyed by the exact bytes of ``W`` (and ``hessian_at``); a
+* answers are cached per client, keyed by the exact bytes of ``W`` (and ``hessian_at``, and the
+  columns asked for); a
   question is served from the cache when an answer for the same head has every part it needs
   (parts it did not ask for are dropped, so callers get exactly what they asked for);
 * after a question with the Hessian, a question without it is sent *with* it (speculation):
@@ -28,12 +29,18 @@ from simulator.head.logistic import ShardStatistics
 FloatArray = NDArray[np.float64]
 
 
-def head_key(W: FloatArray, hessian_at: FloatArray | None) -> bytes:
-    """Exact identity of a question's head(s)."""
-    parts = [np.asarray(W, dtype=np.float64)]
+def head_key(
+    W: FloatArray, hessian_at: FloatArray | None, columns: tuple[int, ...] | None = None
+) -> bytes:
+    """Exact identity of a question's head(s) and the columns it asks for."""
+    parts = [(b"", np.asarray(W, dtype=np.float64))]
     if hessian_at is not None:
-        parts.append(np.asarray(hessian_at, dtype=np.float64))
-    return b"|".join(repr(p.shape).encode() + np.ascontiguousarray(p).tobytes() for p in parts)
+        parts.append((b"at", np.asarray(hessian_at, dtype=np.float64)))
+    if columns is not None:
+        parts.append((b"columns", np.asarray(columns, dtype=np.int64)))
+    return b"|".join(
+        tag + repr(p.shape).encode() + np.ascontiguousarray(p).tobytes() for tag, p in parts
+    )
 
 
 @dataclass

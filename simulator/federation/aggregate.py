@@ -139,7 +139,7 @@ class FederatedHeadData(HeadShape):
         else:  # one client after another, summed as they answer
             parts = (client.statistics(request) for client in self.clients.values())
         empty = ShardStatistics.zeros(
-            self._dim, self.columns, hessian=request.hessian, gram=request.gram
+            self._dim, request.column_count(), hessian=request.hessian, gram=request.gram
         )
         return reduce(add, parts, empty.moved_to(self.rows_backend))
 

@@ -32,7 +32,9 @@ def _scalar(value: NDArray[Any]) -> float:
 
 
 def encode_request(request: StatisticsRequest) -> tuple[dict[str, bool], Arrays]:
-    """A statistics request as flags ``hessian``, ``gram`` and heads ``W`` (, ``hessian_at``).
+    """A statistics request as flags ``hessian``, ``gram`` and heads ``W`` (and more).
+
+    The optional heads are ``hessian_at`` and ``columns`` (the int64 column indices).
 
     The heads must already be numpy (:meth:`StatisticsRequest.moved_to` numpy).
     """
@@ -40,6 +42,8 @@ def encode_request(request: StatisticsRequest) -> tuple[dict[str, bool], Arrays]
     heads: Arrays = {"W": request.W}
     if request.hessian_at is not None:
         heads["hessian_at"] = request.hessian_at
+    if request.columns is not None:
+        heads["columns"] = np.asarray(request.columns, dtype=np.int64)
     return flags, heads
 
 
@@ -47,11 +51,15 @@ def decode_request(
     flags: Mapping[str, Any], heads: Mapping[str, NDArray[Any]]
 ) -> StatisticsRequest:
     """Inverse of :func:`encode_request` (extra heads, such as ``W_ref``, are ignored)."""
+    columns = heads.get("columns")
+    if columns is not None and (columns.ndim != 1 or columns.dtype.kind not in "iu"):
+        raise InputError(f"columns must be a row of integers, got {columns.dtype} {columns.shape}")
     return StatisticsRequest(
         heads["W"],
         hessian=bool(flags["hessian"]),
         gram=bool(flags["gram"]),
         hessian_at=heads.get("hessian_at"),
+        columns=None if columns is None else tuple(int(c) for c in columns),
     )
 
 

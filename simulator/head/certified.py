@@ -98,6 +98,11 @@ CORRECTION_TARGET = 1.0
 #: of a 40-row batch in a 300-row problem, and the GPU path (folds) and numpy (bulk rows) no
 #: longer took the same decisions (``tests/support/head_backend.py``).
 CORRECTION_RTOL = 1e-3
+#: A re-reference rebuilds the fewest classes that hold this share of the squared gap
+#: ``sum_k ||X' (w_ref,k - w_k)||^2`` (:meth:`CertifiedHead._refresh_if_due`). After the
+#: benchmark's class purge (4,000 rows of class 1) class 1 held 68% of it and class 3 13%: two
+#: classes of ten, a fifth of a full rebuild's pass, remove 81% (``docs/certified-head.md``).
+REREFERENCE_SHARE = 0.8
 #: A correction step that does not bring the residual below this share of the lowest so far
 #: makes the following steps solve against the bulk rows too (conjugate gradients,
 #: :meth:`CertifiedHead._correct`): the factored matrix alone then lacks too much curvature.
@@ -528,13 +533,28 @@ class CertifiedHead:
         """Per-class (column) norms as numpy, for the bounds (``certificate.py``)."""
         return self._bk.to_numpy(self._bk.norms(x))
 
-    def _refresh(self) -> None:
-        """Rebuild the aggregate Hessian at the current head (the expensive, exact path)."""
-        stats = statistics_in(self.data, StatisticsRequest(self._W, hessian=True), self._bk)
-        self._solver.replace(objective_hessian(stats, lam=self.config.lam))
+    def _refresh(self, classes: tuple[int, ...] | None = None) -> None:
+        """Rebuild the aggregate Hessian at the current head (the expensive, exact path).
+
+        Of every class, or of ``classes`` alone, whose reference point then moves to the head
+        (the others keep theirs: each class's bounds read its own, ``certificate.py``).
+        """
+        k = int(self._W.shape[1])
+        if classes is not None and len(classes) == k:
+            classes = None
+        request = StatisticsRequest(self._W, hessian=True, columns=classes)
+        stats = statistics_in(self.data, request, self._bk)
+        hessians = objective_hessian(stats, lam=self.config.lam)
+        if classes is None:
+            self._solver.replace(hessians)
+            self._W_ref = self._bk.copy(self._W)
+            self._since_refresh = 0
+        else:
+            self._solver.replace_columns(classes, hessians)
+            W_ref = self._bk.copy(self._W_ref)
+            W_ref[:, list(classes)] = self._W[:, list(classes)]
+            self._W_ref = W_ref
         self._spectral = _spectral_upper_bound(self._gram.matrix(), self._bk)  # kept current
-        self._W_ref = self._bk.copy(self._W)
-        self._since_refresh = 0
         self._reference_passes = 0
 
     # ---------------------------------------------------------------- removal
@@ -709,28 +729,62 @@ class CertifiedHead:
         return dataclasses.replace(best, corrections=passes, pairs=pairs)
 
     def _refresh_if_due(self, timings: dict[str, float]) -> None:
-        """Rebuild the Hessian at the current head where due (timed as ``reference``).
+        """Rebuild the Hessian at the current head where due (timed as ``rereference``).
 
-        Due every ``refresh_every`` removals, and once ``rereference_after`` exact passes were
-        made since the last build (0: never).
+        Due every ``refresh_every`` removals (every class), and for the classes that moved once
+        the exact passes made since the last build have cost about as much as rebuilding them
+        (``rereference_after``; 0: never).
 
         The Newton steps solve with the Hessian at the reference point ``W_ref`` and the
-        bounds charge the gap ``||X' (W_ref - W)||`` (``certificate.py``). A purge or a client
-        withdrawal moves the head far from it: the Newton step is then less exact, the tight
-        bound of every later removal carries the gap, and nearly every removal needs an exact
-        pass (an anchor, often with a correction step). A rebuild costs one pass over the rows
-        that forms K d x d products, about as much as ``rereference_after`` exact passes where
-        that is set as ``docs/certified-head.md`` says; rebuilding once the passes since the
-        last build have cost as much (the rent-or-buy rule) never costs more than twice the
-        better of the two choices made in hindsight. The rule counts passes, not seconds, so
-        every run and every replay after a crash decides the same.
+        bounds charge the gap ``||X' (w_ref,k - w_k)||`` of every class k
+        (``certificate.py``). A purge or a client withdrawal moves the head far from it: the
+        Newton step is then less exact, the tight bound of every later removal carries the
+        gap, and nearly every removal needs an exact pass (an anchor, often with a correction
+        step). Every term of the bounds is per class, and so is the Hessian, so each class may
+        have its own reference point: :meth:`_moved_classes` picks the fewest classes that
+        hold ``REREFERENCE_SHARE`` of the squared gap (a class purge moves mostly its own
+        head). Rebuilding ``s`` of the K classes costs one pass over the rows that forms ``s``
+        d x d products, ``s / K`` of a full rebuild, which ``rereference_after`` states in
+        exact passes (``docs/certified-head.md``): the classes are rebuilt once the passes
+        since the last build reach ``rereference_after * s / K``. Rebuilding once the passes
+        have cost as much (rent or buy) never costs more than twice the better of the two
+        choices made in hindsight. The rule counts passes and reads the head's state, not
+        seconds, so every run and every replay after a crash decides the same.
         """
         cfg = self.config
-        periodic = cfg.refresh_every and self._since_refresh >= cfg.refresh_every
-        moved = cfg.rereference_after and self._reference_passes >= cfg.rereference_after
-        if cfg.hessian_mode == "incremental" and (periodic or moved):
-            with _timed(timings, "reference"):
+        if cfg.hessian_mode != "incremental":
+            return
+        if cfg.refresh_every and self._since_refresh >= cfg.refresh_every:
+            with _timed(timings, "rereference"):
                 self._refresh()
+            return
+        k = int(self._W.shape[1])
+        after = cfg.rereference_after
+        if not after or self._reference_passes * k < after:  # not due for even one class
+            return
+        classes = self._moved_classes()
+        if not classes:  # the head is at its reference point: nothing to rebuild
+            self._reference_passes = 0
+        elif self._reference_passes * k >= after * len(classes):
+            with _timed(timings, "rereference"):
+                self._refresh(classes)
+
+    def _moved_classes(self) -> tuple[int, ...]:
+        """The fewest classes that hold ``REREFERENCE_SHARE`` of the squared gap, in order.
+
+        The gap is ``sum_k ||X' (w_ref,k - w_k)||^2`` (the Gram matrix's quadratic forms,
+        ``O(d^2 K)``); the classes are taken largest first and returned sorted; () when the
+        head is at its reference point.
+        """
+        gaps = self._bk.to_numpy(self._gram.quadratic(self._W_ref - self._W))
+        gaps = np.maximum(gaps, 0.0)
+        total = float(gaps.sum())
+        if not total > 0.0:
+            return ()
+        order = np.argsort(-gaps, kind="stable")
+        held = np.cumsum(gaps[order])
+        count = int(np.searchsorted(held, REREFERENCE_SHARE * total)) + 1
+        return tuple(sorted(int(c) for c in order[: min(count, gaps.size)]))
 
     def _newton_step(self, delta: DeletionStatistics, m: int) -> tuple[SolveResult, Array]:
         """Bring the Hessian to the retained rows and solve for the step to the new optimum.

@@ -59,9 +59,11 @@ class HeadConfig:
     ``exact`` after every removal): ``w <- w - H_ref'^{-1} grad L'(w)``, each measured by one
     more exact pass, before a retrain is considered (0: retrain at once, the earlier behaviour).
     ``refresh_every`` rebuilds the Hessian over the retained rows at the current head every N
-    removals, and ``rereference_after`` once N exact passes (anchors and correction steps) have
-    been made since it was last built (0: never): both move the reference point ``W_ref`` to
-    the released head (:meth:`~simulator.head.certified.CertifiedHead._refresh_if_due`).
+    removals, and ``rereference_after`` (a full rebuild's cost in exact passes: anchors and
+    correction steps) for the ``s`` of the K classes that moved most once ``N s / K`` passes
+    have been made since the last build (0: never): both move the reference point ``W_ref`` (of
+    those classes) to the released head
+    (:meth:`~simulator.head.certified.CertifiedHead._refresh_if_due`).
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
     ``warm`` (default) from the current head with the removal solver's Hessian as
     preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the

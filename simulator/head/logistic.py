@@ -101,12 +101,30 @@ class StatisticsRequest:
     hessian_at : take the Hessian at this head instead of ``W``: the removal keeps its
         aggregate Hessian at a reference head ``w_ref`` (``H_ref`` of
         :mod:`simulator.head.certificate`); None for ``W`` itself.
+    columns : only these columns of the head (classes), in this order: the answer's loss,
+        gradient and Hessians have ``len(columns)`` columns (a rebuild of the classes whose
+        reference point moved, ``CertifiedHead``); None for all of them. Every term is a sum
+        per column, so the answer is those columns of the full one.
     """
 
     W: Array
     hessian: bool = False
     gram: bool = False
     hessian_at: Array | None = None
+    columns: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.columns is None:
+            return
+        k = int(self.W.shape[1])
+        cols = tuple(int(c) for c in self.columns)
+        if not cols or len(set(cols)) != len(cols) or not all(0 <= c < k for c in cols):
+            raise InputError(f"columns {list(self.columns)} are not distinct columns of 0..{k - 1}")
+        object.__setattr__(self, "columns", cols)
+
+    def column_count(self) -> int:
+        """Columns of the answer: ``len(columns)``, or all of ``W``'s."""
+        return int(self.W.shape[1]) if self.columns is None else len(self.columns)
 
     def moved_to(self, bk: Backend) -> StatisticsRequest:
         """The same request with its heads as arrays of ``bk`` (what the clients compute with)."""
@@ -191,6 +209,11 @@ def shard_statistics(
     k = W.shape[1]
     if Y.shape != (n, k) or a.shape != (n,) or W.shape[0] != d:
         raise InputError(f"shape mismatch: X {X.shape}, Y {Y.shape}, a {a.shape}, W {W.shape}")
+    if request.columns is not None:  # those columns' terms alone (each is a sum per column)
+        cols = list(request.columns)
+        W, Y = W[:, cols], Y[:, cols]
+        at = None if request.hessian_at is None else bk.asarray(request.hessian_at)[:, cols]
+        request = replace(request, W=W, hessian_at=at, columns=None)
     if not request.hessian and isinstance(X, np.ndarray) and n > 2 * ROW_BLOCK:
         loss, grad = _loss_gradient_by_blocks(X, Y, a, W)
         g = bk.transposed_product(X, X) if request.gram else None

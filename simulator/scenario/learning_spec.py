@@ -249,11 +249,13 @@ class HeadSpec(Section):
     )
     rereference_after: Iterations = Field(
         default=0,
-        description="Rebuild the Hessian at the released head once N exact passes (anchors and "
-        "correction steps) were made since it was last built: after a purge or a withdrawal "
-        "moved the head away from its reference point, later removals then need far fewer "
-        "exact passes. One rebuild cost about 160 passes at n = 60,000, d = 1,024 on 2 CPU "
-        "cores (docs/certified-head.md); 0 = never.",
+        description="The cost of a full Hessian rebuild in exact passes (anchors and correction "
+        "steps): once the passes since the last build reach N s / K, the s of the K classes "
+        "that hold 80% of the gap to the head's reference point are rebuilt at the released "
+        "head. After a purge or a withdrawal moved the head, later removals then need far "
+        "fewer exact passes. A full rebuild cost about 240 passes, the two classes that moved "
+        "after a class purge 65, at n = 60,000, d = 1,024 on 2 CPU cores "
+        "(docs/certified-head.md); 0 = never.",
     )
     correction_steps: Iterations = Field(
         default=8,
