@@ -5,10 +5,10 @@ asks, per Newton iteration, for the loss at a trial head and then for the Hessia
 head once the trial is accepted (``simulator/head/training.py``); after training, the removal
 machinery asks for the gradient at the final head again. So:
 
-* answers are cached per client, keyed by the exact bytes of ``W`` (and ``hessian_at``, and the
-  columns asked for); a
-  question is served from the cache when an answer for the same head has every part it needs
-  (parts it did not ask for are dropped, so callers get exactly what they asked for);
+* answers are cached per client, keyed by the exact bytes of ``W`` (and ``hessian_at``, and
+  the columns asked for); a question is served from the cache when an answer for the same head
+  has every part it needs (parts it did not ask for are dropped, so callers get exactly what
+  they asked for);
 * after a question with the Hessian, a question without it is sent *with* it (speculation):
   the accepted trial's Hessian then needs no second round trip;
 * a client's entry is dropped when it deletes rows (its statistics changed).

@@ -242,9 +242,9 @@ class HessianSolver:
         ``hessians[j]`` is class ``columns[j]``'s; the other classes keep their matrices,
         downdates included.
 
-        The pending and bulk rows and ``mu`` are folded into every class first (their terms
-        are in the fresh matrices already, and the other classes keep them), then every class
-        is factorised again: ``K d^3 / 3`` flops besides the fold, against the ``n d^2`` per
+        The pending and bulk rows and ``mu`` are folded into every class first (the fresh
+        matrices are over the retained rows and need none of them; the other classes keep
+        them), then every class is factorised again: ``K d^3 / 3`` flops besides the fold, against the ``n d^2`` per
         class of the rows' pass that made ``hessians``.
         """
         k, d = self.shape
