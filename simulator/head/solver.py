@@ -244,8 +244,8 @@ class HessianSolver:
 
         The pending and bulk rows and ``mu`` are folded into every class first (the fresh
         matrices are over the retained rows and need none of them; the other classes keep
-        them), then every class is factorised again: ``K d^3 / 3`` flops besides the fold, against the ``n d^2`` per
-        class of the rows' pass that made ``hessians``.
+        them), then every class is factorised again: ``K d^3 / 3`` flops besides the fold,
+        against the ``n d^2`` per class of the rows' pass that made ``hessians``.
         """
         k, d = self.shape
         if tuple(hessians.shape) != (len(columns), d, d):
