@@ -4,8 +4,8 @@ Reads what the steps of ``bench/gpu`` wrote in OUT (``device.txt``, ``removal.js
 ``removal-stream.json``, ``stream.json``, ``removal-tall.json``, ``removal-wide.json``, each
 step's log, and where the optional steps ran, the headline of ``stream-tall.json`` and the
 points of ``scale.json``, which stay files of their own) and writes ``OUT/gpu.json``; prints a
-table. A step that failed or ran out of time is reported with the
-end of its log instead of figures.
+table. A step that failed or ran out of time is reported with the end of its log instead of
+figures.
 
 Targets (issue 27, the benchmark workload with the default charge ``anchored``): >= 400 single
 removals per second, <= 5 ms per removal amortised over 10,000 removals, a 1,000-row batch in
