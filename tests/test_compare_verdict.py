@@ -300,3 +300,23 @@ def test_equal_differences_up_to_rounding_are_equal() -> None:
     got = paired_values(dr, cr, Pairing("decoremoval", "cr", "acc_digits", 10))
     assert got is not None and got.low == got.high
     assert got.p_value == pytest.approx(2 * 0.5**2) and got.verdict == "no difference"
+
+
+def test_runs_csv_keeps_every_number_exactly(tmp_path) -> None:
+    """``compare retable`` recomputes the tables from ``runs.csv``: a value rounded there could
+    move a mean across the table's rounding (2.315 s shown as 2.31 instead of 2.32)."""
+    import csv
+    import io
+
+    from simulator.compare.table import runs_csv
+
+    values = [2.3149999999999995, 1 / 3, np.float64(0.1) + np.float64(0.2), 1e-17, 12345.678901234]
+    rows = [
+        Measurement("cr", seed, 10, {"acc_test": v}, v, 1, 0, float("nan"), v)
+        for seed, v in enumerate(values)
+    ]
+    back = list(csv.DictReader(io.StringIO(runs_csv(rows))))
+    for row, v in zip(back, values, strict=True):
+        assert float(row["acc_test"]) == v and float(row["removal_seconds"]) == v
+        assert float(row["fit_seconds"]) == v and row["mia_auc"] == ""
+        assert int(float(row["removal_calls"])) == 1

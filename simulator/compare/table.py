@@ -133,15 +133,28 @@ def summary_csv(summaries: Sequence[Summary]) -> str:
 
 
 def runs_csv(measurements: Sequence[Measurement]) -> str:
-    """CSV text with one row per method, seed and checkpoint (no aggregation)."""
+    """CSV text with one row per method, seed and checkpoint (no aggregation).
+
+    Every number is written exactly (the shortest text that reads back as the same float):
+    ``compare retable`` recomputes the tables from this file, and a value rounded here could
+    move a mean across a rounding boundary of the table (a timing's 2.315 shown as 2.31
+    instead of 2.32).
+    """
     fixed = [f.name for f in fields(Measurement) if f.name not in ("predictions", "scores")]
     names = [*fixed[:3], *score_keys(measurements), *fixed[3:]]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(names)
     for m in measurements:
-        writer.writerow([m.method, m.seed, m.removed] + [_num(m.value(k)) for k in names[3:]])
+        writer.writerow([m.method, m.seed, m.removed] + [_exact(m.value(k)) for k in names[3:]])
     return buf.getvalue()
+
+
+def _exact(value: object) -> object:
+    """A float as the shortest text that reads back as the same float ("" where not finite)."""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else repr(float(value))
+    return value
 
 
 def _num(value: object) -> object:
