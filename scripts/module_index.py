@@ -17,6 +17,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from generated_block import write_or_check  # noqa: E402
+
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGES = ("simulator", "server", "clients")
 START, END = "<!-- module-index:start -->", "<!-- module-index:end -->"
@@ -48,15 +52,8 @@ def updated(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = DOC.read_text(encoding="utf-8")
-    new = updated(text)
-    if "--check" in argv:
-        if new != text:
-            print(f"{DOC} is out of date: run scripts/module_index.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
-    return 0
+    new = updated(DOC.read_text(encoding="utf-8"))
+    return write_or_check(DOC, new, argv, "scripts/module_index.py")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from generated_block import write_or_check  # noqa: E402
 
 from simulator.compare.summary import summary_markdown  # noqa: E402
 
@@ -41,15 +44,8 @@ def updated(text: str, results: Path = ROOT / "results") -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = DOC.read_text(encoding="utf-8")
-    new = updated(text)
-    if "--check" in argv:
-        if new != text:
-            print(f"{DOC} is out of date: run scripts/verdict_table.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
-    return 0
+    new = updated(DOC.read_text(encoding="utf-8"))
+    return write_or_check(DOC, new, argv, "scripts/verdict_table.py")
 
 
 if __name__ == "__main__":

@@ -251,15 +251,18 @@ def test_the_figure_check_fails_on_a_stale_or_unmarked_figure(tmp_path: Path) ->
 # --- the benchmarks page ----------------------------------------------------------------------
 
 
-def renderer() -> ModuleType:
-    """``bench/render_benchmarks.py`` as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "render_benchmarks", ROOT / "bench" / "render_benchmarks.py"
-    )
+def script(path: Path) -> ModuleType:
+    """The script at ``path`` (a file outside the packages) as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def renderer() -> ModuleType:
+    """``bench/render_benchmarks.py`` as a module."""
+    return script(ROOT / "bench" / "render_benchmarks.py")
 
 
 def test_benchmarks_page_is_the_render_of_the_results() -> None:
@@ -282,13 +285,7 @@ def test_the_render_follows_the_results(tmp_path: Path) -> None:
 
 def verdict_table() -> ModuleType:
     """``scripts/verdict_table.py`` as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "verdict_table", ROOT / "scripts" / "verdict_table.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script(ROOT / "scripts" / "verdict_table.py")
 
 
 def test_comparison_verdicts_are_the_results() -> None:
