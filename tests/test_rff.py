@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -14,9 +16,13 @@ from simulator.errors import InputError
 from simulator.features.rff import (
     FourierLift,
     RandomFourierFeatures,
+    _row_norms,
     clip_to_unit_ball,
     median_bandwidth,
 )
+from simulator.models.backbones import ExtractorWithHead, IdentityBackbone
+from simulator.models.featurizer import Featurizer
+from simulator.models.fedavg import extract_features
 
 
 def test_draw_shapes_distribution_and_determinism() -> None:
@@ -158,3 +164,63 @@ def test_median_bandwidth_of_rows_is_that_of_the_copied_rows(count: int) -> None
     copied = median_bandwidth(X[rows], rng=np.random.default_rng(2), max_samples=1000)
     direct = median_bandwidth_of_rows(X, rows, rng=np.random.default_rng(2), max_samples=1000)
     assert direct == copied
+
+
+def test_transform_is_the_formula_bit_for_bit() -> None:
+    """The in-place steps give exactly the floats of ``sqrt(2/m) cos(h omega + phase)``."""
+    rng = np.random.default_rng(5)
+    rff = RandomFourierFeatures.draw(7, 33, bandwidth=0.8, rng=rng)
+    h = rng.normal(size=(50, 7))
+    expected = np.sqrt(2.0 / 33) * np.cos(h @ rff.omega + rff.phase)
+    np.testing.assert_array_equal(rff.transform(h), expected)
+
+
+def test_clip_in_place_gives_the_same_floats_and_overwrites_its_input() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.normal(scale=3.0, size=(40, 9))
+    x[:5] *= 1e-3  # rows inside the ball
+    expected = clip_to_unit_ball(x)
+    out = clip_to_unit_ball(x, in_place=True)
+    assert out is x
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [np.ones((3, 2), dtype=np.float32), np.ones((3, 2), dtype=np.int64)],
+    ids=["float32", "int64"],
+)
+def test_clip_in_place_refuses_an_array_it_would_have_to_copy(x: np.ndarray) -> None:
+    with pytest.raises(InputError, match="writable float64"):
+        clip_to_unit_ball(x, in_place=True)
+    frozen = np.ones((3, 2))
+    frozen.setflags(write=False)
+    with pytest.raises(InputError, match="writable float64"):
+        clip_to_unit_ball(frozen, in_place=True)
+
+
+def test_featurizer_holds_one_feature_matrix() -> None:
+    """``clip(rff(h))`` peaks at about one ``(n, m)`` array, not three (numpy's allocations
+    are traced): at a million rows of 1,024 features each copy is 8 GB."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(20_000, 8))
+    rff = RandomFourierFeatures.draw(8, 256, bandwidth=1.0, rng=rng)
+    model = ExtractorWithHead(IdentityBackbone(8), 2, generator=torch.Generator().manual_seed(0))
+    featurize = Featurizer(model, rff, torch.device("cpu"))
+    h = extract_features(model, x, device=torch.device("cpu"))
+    expected = clip_to_unit_ball(np.sqrt(2.0 / 256) * np.cos(h @ rff.omega + rff.phase))
+    tracemalloc.start()
+    try:
+        z = featurize(x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(z, expected)
+    assert peak < 1.3 * z.nbytes + 2 * x.nbytes, (peak, z.nbytes)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_row_norms_in_blocks_are_numpys_bit_for_bit(layout: str) -> None:
+    x = np.random.default_rng(8).normal(size=(3000, 129))
+    a = {"C": x, "F": np.asfortranarray(x), "strided": x[:, ::2]}[layout]
+    np.testing.assert_array_equal(_row_norms(a, rows=777), np.linalg.norm(a, axis=1))

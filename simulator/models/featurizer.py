@@ -56,9 +56,13 @@ class Featurizer:
     privacy: DpFedAvgResult | None = None
 
     def __call__(self, x: NDArray[Any]) -> FloatArray:
-        """Head features ``z = clip(rff(extractor(x)))`` of every row of ``x``."""
+        """Head features ``z = clip(rff(extractor(x)))`` of every row of ``x``.
+
+        The clip divides the map's fresh output in place: the call holds the extractor's
+        features and one ``(n, m)`` array, not three.
+        """
         h = extract_features(self.model, x, device=self.device)
-        return clip_to_unit_ball(self.rff.transform(h))
+        return clip_to_unit_ball(self.rff.transform(h), in_place=True)
 
 
 def freeze_featurizer(
