@@ -374,6 +374,9 @@ def stream_tall(doc: dict[str, Any], results: Path) -> list[Row]:
     head on the GPU: the stream's figures and the consumer's memory."""
     paced, _ = paced_drain(doc)
     rows = stream_rows(doc, "", "")
+    if paced.get("setup_seconds") is not None:
+        setup = dur(paced["setup_seconds"])
+        rows.append(("consumer's set-up (data, features, the head's training)", setup, ""))
     if paced.get("consumer_peak_rss_gb") is not None:
         rows.append(
             ("consumer's peak resident memory", f"{paced['consumer_peak_rss_gb']:.1f} GB", "")

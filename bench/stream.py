@@ -264,12 +264,15 @@ def receipts(
 def batch_stats(folder: Path) -> dict[str, Any]:
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     batches = [e for e in events if e["event"] == "deletion_batch"]
+    end = next((e for e in events if e["event"] == "end"), {})
     sizes = np.array([e["requests"] for e in batches])
     totals = np.array([e["timings"]["total"] for e in batches])
     removal = np.array([e["timings"].get("removal", 0.0) for e in batches])
     ckpt = np.array([e["timings"]["checkpoint"] for e in batches])
     publish = np.array([e["timings"]["publish"] for e in batches])
     return {
+        # building the federation (or loading it: --reuse-federation), before the first request
+        "setup_seconds": end.get("setup_seconds"),
         "batches": len(batches),
         "batch_requests_mean": float(sizes.mean()),
         "batch_requests_max": int(sizes.max()),
