@@ -703,7 +703,31 @@ def rereference(doc: dict[str, Any], results: Path) -> str:
     return "\n".join(out)
 
 
+def training(doc: dict[str, Any], results: Path) -> str:
+    """``bench/training.py``: the head trained from zero by each solver, per size."""
+    out = [
+        "| rows | solver | seconds | iterations (Newton) | training residual |",
+        "|---|---|---|---|---|",
+    ]
+    notes = []
+    for size in doc["sizes"]:
+        for run in size["runs"]:
+            out.append(
+                f"| {num(size['n_train'])} | `{run['solver']}` | {dur(run['seconds'])} | "
+                f"{run['iterations']} ({run['newton_iterations']}) | {run['residual']:.1e} |"
+            )
+        gaps = size.get("head_distance_per_class")
+        if gaps:
+            notes.append(
+                f"At {num(size['n_train'])} rows the two heads differ by at most "
+                f"{max(gaps):.1e} per class (the stopping rule bounds it by "
+                f"{size['head_distance_bound']:.0e})."
+            )
+    return "\n".join(out) + ("\n\n" + " ".join(notes) if notes else "")
+
+
 GRIDS: dict[str, Callable[[dict[str, Any], Path], str]] = {
+    "training-cpu": training,
     "clients-cpu": clients,
     "rereference-cpu": rereference,
     "scale-cpu": scale,

@@ -106,7 +106,10 @@ def test_worst_case_under_exact_accounting_covers_the_known_gradient() -> None:
     n = 400
     X = np.ones((n, 1))
     y = np.r_[np.ones(316, np.int64), np.zeros(n - 316, np.int64)]
-    config = HeadConfig(lam=20.0, sigma=1e-3, epsilon=1e9, accounting="exact", tol=1.0)
+    # damped Newton stops where the loose tolerance lets it (lbfgs's polish would go on)
+    config = HeadConfig(
+        lam=20.0, sigma=1e-3, epsilon=1e9, accounting="exact", tol=1.0, cold_solver="newton"
+    )
     head = CertifiedHead(LocalHeadData(X, y, 2), config, rng=np.random.default_rng(0))
     assert stacked_norm(head.gradient_norms()) > 50.0
     for i in np.flatnonzero(y == 0)[:5]:
@@ -321,7 +324,7 @@ def test_training_residual_is_charged() -> None:
     """A head trained to a loose tolerance starts with a residual of its own: the charge must
     start there (the first removal's exact residual contains it)."""
     head, negatives = one_feature_head(lam=1e-3)
-    loose = HeadConfig(lam=1e-3, sigma=1e-3, epsilon=1e9, tol=0.05)
+    loose = HeadConfig(lam=1e-3, sigma=1e-3, epsilon=1e9, tol=0.05, cold_solver="newton")
     head = CertifiedHead(head.data, loose, rng=np.random.default_rng(0))
     assert head.cumulative_residual > 1.0  # Newton stopped early: a real training residual
     r = head.remove([int(negatives[0])])
@@ -334,7 +337,9 @@ def test_a_trained_head_is_released_within_the_budget() -> None:
     budget before the head is released; so do the retrains that follow. Without the steps the
     head was released charged about 1,000x its budget."""
     head, negatives = one_feature_head(lam=1e-3)
-    small = HeadConfig(lam=1e-3, sigma=1e-3, epsilon=50.0, tol=0.05, accounting="guo")
+    small = HeadConfig(  # damped Newton: training stops at the loose tolerance
+        lam=1e-3, sigma=1e-3, epsilon=50.0, tol=0.05, accounting="guo", cold_solver="newton"
+    )
     head = CertifiedHead(head.data, small, rng=np.random.default_rng(0))
     assert head.budget < 0.012
     assert head.cumulative_residual <= head.budget

@@ -158,7 +158,7 @@ def test_known_gradient_enters_the_step_after_an_anchor() -> None:
     first step corrects it, which is what lets its charge restart from 0. Were it left out of
     the step, the exact residual would stay near the training residual, far above the charge."""
     X, y = one_feature_rows(400, share=0.6)
-    config = anchored(lam=20.0, tol=1.0)
+    config = anchored(lam=20.0, tol=1.0, cold_solver="newton")  # stops where tol lets it
     head = CertifiedHead(LocalHeadData(X, y, 2), config, rng=np.random.default_rng(0))
     trained = head.exact_residual()
     assert trained > 30.0 and head.cumulative_residual == pytest.approx(trained)

@@ -79,18 +79,20 @@ def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path)
     received = grid.unlearn_messages()
     assert received[0] == received[2] == 0 and received[1] >= 1
     assert ref_clients["1"]["deletion_batches"] == received[1]
-    # the statistics cache: one round trip per Newton iteration (at the start and in every
-    # retrain), none for the first at the start (a retrain's first, at W = 0, is one), and one
-    # per batch (its exact residual); a warm retrain (head.retrain, the default) counts its
-    # L-BFGS iterations and the final Newton polish, and asks once more, for the Hessian at
-    # its converged head
+    # the statistics cache: the training from zero (head.cold_solver lbfgs) asks once at zero
+    # (one class's Hessian and the Gram matrix), once per iteration (the accepted trial of its
+    # line search is the next iteration's point), and twice for the polish; a batch once (its
+    # exact residual); a warm retrain (head.retrain, the default) counts its L-BFGS
+    # iterations and the final Newton polish, and asks once more, for the Hessian at its
+    # converged head
     transport = json.loads((out / "transport.json").read_text())["messages"]
     start = lines(out / "events.jsonl")[0]
+    assert start["head_newton_iterations"] == 1  # the polish
     batches = [e for e in lines(out / "events.jsonl") if e["event"] == "deletion_batch"]
-    newton = start["head_newton_iterations"] + sum(
+    rounds = start["head_iterations"] + 3 + sum(
         b["retrain_newton_iterations"] + 2 for b in batches if b["retrained"]
     )
-    assert transport["query.gradhess"]["round_trips"] <= newton + len(batches)
+    assert transport["query.gradhess"]["round_trips"] <= rounds + len(batches)
     # the retrained reference (checkpoint 4) read the weights that setup and every deletion
     # sent along: no query.weights round trip
     assert any(e.get("checkpoints") for e in lines(out / "events.jsonl"))

@@ -23,7 +23,7 @@ from simulator.head.logistic import (
     signed_labels,
 )
 from simulator.head.solver import HessianSolver
-from simulator.head.training import TrainResult, train_head
+from simulator.head.training import TrainResult, train_head, train_head_from_zero
 
 __all__ = [
     "ACCOUNTING_MODES",
@@ -47,4 +47,5 @@ __all__ = [
     "shard_statistics",
     "signed_labels",
     "train_head",
+    "train_head_from_zero",
 ]

@@ -71,6 +71,7 @@ from simulator.head.training import (
     retrain_head,
     statistics_in,
     train_head,
+    train_head_from_zero,
 )
 from simulator.threads import all_blas_threads, single_threaded_blas
 
@@ -413,10 +414,12 @@ class CertifiedHead:
     def _fit(self, reason: str) -> float:
         """Train from scratch with a fresh ``b``; returns seconds.
 
-        The initial training runs damped Newton from zero. A retrain (``config.retrain ==
-        "warm"``) starts from the current head, preconditioned by the removal solver's Hessian
-        (downdated to the retained rows), and builds the Hessians once at the end; it reaches
-        the same unique minimiser to the same tolerance (:func:`retrain_head`).
+        The initial training starts from zero (``config.cold_solver``: L-BFGS preconditioned
+        by the Hessian at zero, :func:`train_head_from_zero`, or damped Newton,
+        :func:`train_head`). A retrain (``config.retrain == "warm"``) starts from the current
+        head, preconditioned by the removal solver's Hessian (downdated to the retained rows),
+        and builds the Hessians once at the end; it reaches the same unique minimiser to the
+        same tolerance (:func:`retrain_head`).
         """
         d, k = self.data.dim, self.data.columns
         # drawn by numpy whatever the backend: the same b on every backend for one seed
@@ -442,7 +445,8 @@ class CertifiedHead:
             )
             gram = self._gram.matrix()  # the retained rows' X^T X, kept by downdates
         else:
-            res = train_head(self.data, self._b, lam=cfg.lam, tol=cfg.tol, backend=self._bk)
+            from_zero = train_head_from_zero if cfg.cold_solver == "lbfgs" else train_head
+            res = from_zero(self.data, self._b, lam=cfg.lam, tol=cfg.tol, backend=self._bk)
             assert res.gram is not None
             gram = res.gram
             self._gram_rows = self.data.retained_count  # summed afresh

@@ -66,8 +66,11 @@ class HeadConfig:
     (:meth:`~simulator.head.certified.CertifiedHead._refresh_if_due`).
     ``retrain`` says how a retrain reaches the (unique) minimiser on the retained rows:
     ``warm`` (default) from the current head with the removal solver's Hessian as
-    preconditioner and one Hessian build at the end; ``cold`` damped Newton from zero, as the
-    initial training (:mod:`simulator.head.training`). Both stop at the same tolerance.
+    preconditioner and one Hessian build at the end; ``cold`` from zero, as the initial
+    training. ``cold_solver`` says how a training from zero runs: ``lbfgs`` (default) the
+    warm iteration preconditioned by the Hessian at zero, one Hessian build at the end;
+    ``newton`` damped Newton, a build per iteration (:mod:`simulator.head.training`). All
+    stop at the same tolerance.
     ``device`` (``cpu``, ``cuda``, ``auto``) and ``backend`` (``numpy``, ``torch``, ``auto``)
     choose where the head's maths runs (:mod:`simulator.head.backend`): by default numpy on
     the CPU; ``auto`` device is cuda when torch sees a GPU; ``auto`` backend is torch on cuda
@@ -86,6 +89,7 @@ class HeadConfig:
     hessian_mode: Literal["incremental", "rebuild"] = "incremental"
     report_exact: bool = True
     retrain: Literal["warm", "cold"] = "warm"
+    cold_solver: Literal["lbfgs", "newton"] = "lbfgs"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     backend: Literal["numpy", "torch", "auto"] = "auto"
 
@@ -102,6 +106,10 @@ class HeadConfig:
             )
         if self.retrain not in ("warm", "cold"):
             raise ConfigError(f"must be warm or cold, got {self.retrain!r}", "head.retrain")
+        if self.cold_solver not in ("lbfgs", "newton"):
+            raise ConfigError(
+                f"must be lbfgs or newton, got {self.cold_solver!r}", "head.cold_solver"
+            )
         from simulator.head.backend import resolve
 
         resolve(self.device, self.backend)  # raises ConfigError on a bad combination
