@@ -89,8 +89,10 @@ def test_flower_adapters_give_the_inprocess_run(reference: Path, tmp_path: Path)
     start = lines(out / "events.jsonl")[0]
     assert start["head_newton_iterations"] == 1  # the polish
     batches = [e for e in lines(out / "events.jsonl") if e["event"] == "deletion_batch"]
-    rounds = start["head_iterations"] + 3 + sum(
-        b["retrain_newton_iterations"] + 2 for b in batches if b["retrained"]
+    rounds = (
+        start["head_iterations"]
+        + 3
+        + sum(b["retrain_newton_iterations"] + 2 for b in batches if b["retrained"])
     )
     assert transport["query.gradhess"]["round_trips"] <= rounds + len(batches)
     # the retrained reference (checkpoint 4) read the weights that setup and every deletion
