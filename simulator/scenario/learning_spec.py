@@ -274,8 +274,8 @@ class HeadSpec(Section):
         default="lbfgs",
         description="How the head is trained from zero (the initial training and cold "
         "retrains): lbfgs (L-BFGS preconditioned by the Hessian at zero, one Hessian build at "
-        "the end; 6x faster at 30,000 rows, d = 1,024, K = 10) or newton (damped Newton, the "
-        "K Hessians built at every iteration); same optimum and tolerance.",
+        "the end) or newton (damped Newton, the K Hessians built at every iteration); same "
+        "optimum and tolerance.",
     )
     device: Literal["cpu", "cuda", "auto"] = Field(
         default="cpu",
