@@ -29,14 +29,18 @@ def heads(n, d, k, seed, **cfg):
     return X, y, out
 
 
+#: small problems: rows, features, classes, seed and regularisation
+PROBLEMS = {
+    "n": st.integers(60, 250),
+    "d": st.integers(2, 12),
+    "k": st.integers(2, 4),
+    "seed": st.integers(0, 1000),
+    "lam": st.sampled_from([1e-3, 1e-2, 0.1]),
+}
+
+
 @settings(max_examples=15, deadline=None)
-@given(
-    n=st.integers(60, 250),
-    d=st.integers(2, 12),
-    k=st.integers(2, 4),
-    seed=st.integers(0, 1000),
-    lam=st.sampled_from([1e-3, 1e-2, 0.1]),
-)
+@given(**PROBLEMS)
 def test_warm_retrain_reaches_the_cold_minimiser(n, d, k, seed, lam) -> None:
     tol = 1e-8
     X, y, (warm, cold) = heads(
@@ -124,14 +128,7 @@ def test_retrain_setting_is_validated() -> None:
 
 
 @settings(max_examples=15, deadline=None)
-@given(
-    n=st.integers(60, 250),
-    d=st.integers(2, 12),
-    k=st.integers(2, 4),
-    seed=st.integers(0, 1000),
-    lam=st.sampled_from([1e-3, 1e-2, 0.1]),
-    weighted=st.booleans(),
-)
+@given(**PROBLEMS, weighted=st.booleans())
 def test_training_from_zero_reaches_newtons_minimiser(n, d, k, seed, lam, weighted) -> None:
     """L-BFGS from zero preconditioned by the Hessian at zero against damped Newton: the same
     minimiser to the same tolerance, and what it hands the removal machinery is exact."""
